@@ -1,0 +1,41 @@
+# `make train` and `make test` are all a new user needs: both create the environment first.
+.DEFAULT_GOAL := help
+SHELL := bash
+UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
+RUN := $(UV) run --frozen --no-sync
+CONFIG ?= configs/digits.yaml
+
+.PHONY: help install train test test-fast lint format clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+.tools/bin/uv:
+	python3 -m venv .tools && .tools/bin/pip install --quiet "uv>=0.5"
+
+.venv/.installed: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --locked
+	@touch $@
+
+install: .venv/.installed ## create .venv from uv.lock (installs uv first if missing)
+
+train: install ## train the offline default (digits), then test its best checkpoint
+	$(RUN) python -m proj fit --config $(CONFIG)
+
+test: install ## the whole test suite (what CI runs)
+	$(RUN) pytest
+
+test-fast: install ## the edit loop: skips tests marked slow
+	$(RUN) pytest -m "not slow"
+
+lint: install ## ruff lint and format check
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+format: install ## apply ruff's fixes and formatting
+	$(RUN) ruff check --fix .
+	$(RUN) ruff format .
+
+clean: ## remove the environment, caches and runs/ (data/ is kept)
+	rm -rf .venv .tools .pytest_cache .ruff_cache runs lightning_logs
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,6 @@
+"""LightningModules: one per task, each training whatever plain network it is given."""
+
+from proj.models.image_classifier import ImageClassifier
+from proj.models.task import TaskModule
+
+__all__ = ["ImageClassifier", "TaskModule"]

@@ -1,0 +1,92 @@
+"""What every task module shares: the network, AdamW with decay-free vectors, the LR schedule."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningModule
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+from proj.optim import WarmupCosineLR, param_groups
+
+
+class TaskModule(LightningModule):
+    """Base for the task modules: owns the optimizer and scheduler set-up so each task only writes
+    its steps and metrics.
+
+    The optimizer and scheduler are callables (a ``class_path`` in the config), not instances, so
+    the module builds them on its own parameter groups once the Trainer knows the number of steps.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        scheduler: LRSchedulerCallable | None = WarmupCosineLR,
+        scheduler_interval: Literal["step", "epoch"] = "step",
+        scheduler_monitor: str = "val/loss",
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.scheduler_interval = scheduler_interval
+        self.scheduler_monitor = scheduler_monitor
+        if compile:
+            # In-place compile keeps the parameter names, so checkpoints load with or without it.
+            self.net.compile()
+
+    def save_plain_hyperparameters(self) -> None:
+        """Save the constructor's arguments, keeping only plain values.
+
+        Under the CLI the network, optimizer and scheduler arrive as their config (class paths and
+        numbers), which checkpoints can hold and ``load_from_checkpoint`` rebuilds from. Objects
+        passed from Python are left out, so a checkpoint never pickles code and always loads with
+        ``torch.load(weights_only=True)``; pass them again to ``load_from_checkpoint``.
+        """
+        self.save_hyperparameters(frame=inspect.currentframe().f_back)
+        self.remove_ignored_hparams([k for k, v in self.hparams.items() if not _is_plain(v)])
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer(param_groups(self))
+        if self.scheduler is None:
+            return optimizer
+        scheduler = self.scheduler(optimizer)
+        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
+            total = self.trainer.estimated_stepping_batches
+            if math.isfinite(total):
+                scheduler.total_steps = int(total)
+        if isinstance(scheduler, ReduceLROnPlateau):
+            config = {
+                "scheduler": scheduler,
+                "interval": "epoch",
+                "monitor": self.scheduler_monitor,
+            }
+        else:
+            config = {"scheduler": scheduler, "interval": self.scheduler_interval}
+        return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Called after AMP unscaling and before clipping, so this is the norm clipping acts on.
+        # Measured only on logging steps: the norm costs a pass over every gradient.
+        if self.global_step % self.trainer.log_every_n_steps:
+            return
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
+
+
+def _is_plain(value: object) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False

@@ -1,0 +1,10 @@
+"""Plain ``nn.Module`` networks, free of Lightning, chosen by ``class_path`` in a config.
+
+Image networks take ``num_classes`` and ``input_shape`` (C, H, W): the CLI links both from the data
+module, so configs set only the architecture's own sizes.
+"""
+
+from proj.nets.convnet import ConvNet
+from proj.nets.mlp import MLP
+
+__all__ = ["MLP", "ConvNet"]

@@ -1,0 +1,65 @@
+"""Optimizer parameter groups and the default learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+
+def param_groups(module: nn.Module) -> list[dict]:
+    """Split trainable parameters into a decayed group (matrices, conv kernels, embeddings) and a
+    group with ``weight_decay=0`` (biases, norm scales and other vectors).
+
+    Decaying a bias or a LayerNorm gain only pulls it towards zero without regularising anything,
+    so AdamW's decoupled decay is applied to parameters with two or more dimensions only. The
+    decayed group carries no ``weight_decay`` key, so it gets the optimizer's configured value.
+    Frozen parameters (``requires_grad=False``) are left out of the optimizer entirely.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class WarmupCosineLR(LRScheduler):
+    """Linear warmup from ``warmup_start`` × lr to lr, then cosine decay to ``min_lr_ratio`` × lr.
+
+    Stepped once per optimizer step. ``total_steps=None`` lets the training module fill in the
+    Trainer's estimate (``trainer.estimated_stepping_batches``), so a config need not repeat
+    ``max_epochs`` × batches / accumulation by hand. Past ``total_steps`` the rate stays at the floor.
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        warmup_steps: int = 100,
+        total_steps: int | None = None,
+        min_lr_ratio: float = 0.1,
+        warmup_start: float = 0.0,
+    ) -> None:
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+        self.warmup_start = warmup_start
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        factor = self.factor(self.last_epoch)
+        return [base_lr * factor for base_lr in self.base_lrs]
+
+    def factor(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return self.warmup_start + (1.0 - self.warmup_start) * step / self.warmup_steps
+        if self.total_steps is None:
+            return 1.0
+        decay_steps = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / decay_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine

@@ -1,0 +1,192 @@
+"""End-to-end CLI runs: every experiment trains a step, runs get their own directory, and bad input
+is refused with a message that names the field and the fix."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import config
+from proj.cli import main
+
+
+def fit(*configs: str, extra: tuple[str, ...] = ()):
+    args = ["fit"]
+    for name in configs:
+        args += ["--config", config(name)]
+    return main([*args, *extra])
+
+
+@pytest.mark.parametrize(
+    "experiment", ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml"]
+)
+def test_fast_dev_run(experiment, image_data):
+    cli = fit(experiment, "trainer/debug.yaml", extra=("--data.num_workers=0",))
+    assert cli.trainer.state.finished
+    metrics = cli.trainer.callback_metrics
+    assert torch.isfinite(metrics["test/loss"])
+
+
+def test_each_run_gets_its_own_directory_with_its_config(workdir):
+    quick = (
+        "--trainer.max_epochs=1",
+        "--trainer.limit_train_batches=2",
+        "--trainer.limit_val_batches=1",
+        "--trainer.limit_test_batches=1",
+        "--trainer.enable_progress_bar=false",
+    )
+    fit("digits.yaml", extra=quick)
+    fit("digits.yaml", extra=(*quick, "--data.batch_size=32"))
+    runs = sorted((workdir / "runs" / "digits").iterdir())
+    assert [r.name for r in runs] == ["version_0", "version_1"]
+    for run in runs:
+        assert (run / "config.yaml").is_file()
+        assert (run / "metrics.csv").is_file()
+        assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert "batch_size: 32" in (runs[1] / "config.yaml").read_text()
+    assert "batch_size: 64" in (runs[0] / "config.yaml").read_text()
+
+
+def test_saved_config_reproduces_the_run(workdir):
+    quick = (
+        "--trainer.max_epochs=1",
+        "--trainer.limit_train_batches=3",
+        "--trainer.limit_val_batches=1",
+        "--test_after_fit=false",
+        "--model.init_args.label_smoothing=0.05",
+    )
+    fit("digits.yaml", extra=quick)
+    first = workdir / "runs" / "digits" / "version_0"
+    main(["fit", "--config", str(first / "config.yaml")])
+    second = workdir / "runs" / "digits" / "version_1"
+    assert "label_smoothing: 0.05" in (second / "config.yaml").read_text()
+    weights = [
+        torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for run in (first, second)
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+
+
+def run_error(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code != 0
+    return capsys.readouterr().err
+
+
+def test_misspelt_key_is_named(workdir, capsys):
+    err = run_error(["fit", "--config", config("digits.yaml"), "--trainer.max_epocs=3"], capsys)
+    assert "max_epocs" in err
+
+
+def test_misspelt_key_in_a_config_file_is_named(workdir, capsys):
+    Path("mine.yaml").write_text("trainer:\n  max_epocs: 3\n")
+    err = run_error(["fit", "--config", config("digits.yaml"), "--config", "mine.yaml"], capsys)
+    assert "max_epocs" in err
+
+
+def test_wrong_type_is_named(workdir, capsys):
+    err = run_error(["fit", "--config", config("digits.yaml"), "--data.batch_size=lots"], capsys)
+    assert "batch_size" in err and "lots" in err
+
+
+def test_unknown_class_path_is_named(workdir, capsys):
+    err = run_error(
+        ["fit", "--config", config("digits.yaml"), "--model.net=proj.nets.NoSuchNet"], capsys
+    )
+    assert "NoSuchNet" in err
+
+
+def test_missing_config_file_is_named(workdir, capsys):
+    err = run_error(["fit", "--config", "configs/nope.yaml"], capsys)
+    assert "nope.yaml" in err
+
+
+def test_zero_batch_size_is_refused(workdir):
+    with pytest.raises(ValueError, match=r"data\.batch_size must be a positive integer"):
+        main(["--config", config("digits.yaml"), "--data.batch_size=0"], run=False)
+
+
+def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch):
+    from torchvision.datasets import MNIST
+
+    monkeypatch.setattr(
+        MNIST, "mirrors", ["http://127.0.0.1:9/"]
+    )  # nothing listens: download fails
+    with pytest.raises(
+        RuntimeError, match=r"(?s)Could not download MNIST into 'data'.*IDX files.*data_dir"
+    ):
+        fit("mnist.yaml", "trainer/debug.yaml")
+
+
+def test_missing_checkpoint_is_named(workdir, capsys):
+    err = run_error(
+        ["test", "--config", config("digits.yaml"), "--ckpt_path=runs/none.ckpt"], capsys
+    )
+    assert "--ckpt_path" in err and "runs/none.ckpt" in err and "'last'" in err
+
+
+def test_truncated_checkpoint_is_refused(workdir, capsys):
+    broken = workdir / "broken.ckpt"
+    broken.write_bytes(b"PK\x03\x04 truncated")
+    err = run_error(["test", "--config", config("digits.yaml"), f"--ckpt_path={broken}"], capsys)
+    assert "not a readable checkpoint" in err and "earlier checkpoint" in err
+
+
+class Payload:
+    """Stands in for code hidden in a checkpoint: unpickling it would import and run this module."""
+
+
+def test_checkpoint_with_pickled_object_is_refused(workdir, capsys):
+    crafted = workdir / "crafted.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"net": Payload()}}, crafted)
+    err = run_error(["test", "--config", config("digits.yaml"), f"--ckpt_path={crafted}"], capsys)
+    assert "weights_only=True" in err and "pickled objects" in err
+    assert isinstance(pickle.loads(pickle.dumps(Payload())), Payload)
+
+
+def test_checkpoint_loads_weights_only_and_drives_test_and_predict(workdir):
+    fit(
+        "digits.yaml",
+        extra=(
+            "--trainer.max_epochs=2",
+            "--test_after_fit=false",
+            "--trainer.enable_progress_bar=false",
+        ),
+    )
+    last = workdir / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["hyper_parameters"]["net"]["class_path"] == "proj.nets.ConvNet"
+
+    tested = main(["test", "--config", config("digits.yaml"), f"--ckpt_path={last}"])
+    assert tested.trainer.callback_metrics["test/acc"] > 0.5
+
+    predicted = main(["predict", "--config", config("digits.yaml"), f"--ckpt_path={last}"])
+    batches = predicted.trainer.predict_loop.predictions
+    probs = torch.cat([b["probs"] for b in batches])
+    preds = torch.cat([b["preds"] for b in batches])
+    assert probs.shape == (len(predicted.datamodule.splits["test"]), 10)
+    assert torch.allclose(probs.sum(-1), torch.ones(len(probs)))
+    assert torch.equal(preds, probs.argmax(-1))
+
+
+def test_module_rebuilds_from_checkpoint_alone(workdir):
+    from proj.models import ImageClassifier
+
+    fit(
+        "digits.yaml",
+        extra=(
+            "--trainer.max_epochs=1",
+            "--test_after_fit=false",
+            "--trainer.limit_train_batches=2",
+            "--trainer.limit_val_batches=1",
+        ),
+    )
+    last = Path("runs/digits/version_0/checkpoints/last.ckpt")
+    model = ImageClassifier.load_from_checkpoint(last, weights_only=True)
+    assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
