@@ -20,9 +20,7 @@ def fit(*configs: str, extra: tuple[str, ...] = ()):
     return main([*args, *extra])
 
 
-@pytest.mark.parametrize(
-    "experiment", ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml"]
-)
+@pytest.mark.parametrize("experiment", ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml"])
 def test_fast_dev_run(experiment, image_data):
     cli = fit(experiment, "trainer/debug.yaml", extra=("--data.num_workers=0",))
     assert cli.trainer.state.finished
@@ -96,9 +94,7 @@ def test_wrong_type_is_named(workdir, capsys):
 
 
 def test_unknown_class_path_is_named(workdir, capsys):
-    err = run_error(
-        ["fit", "--config", config("digits.yaml"), "--model.net=proj.nets.NoSuchNet"], capsys
-    )
+    err = run_error(["fit", "--config", config("digits.yaml"), "--model.net=proj.nets.NoSuchNet"], capsys)
     assert "NoSuchNet" in err
 
 
@@ -115,19 +111,13 @@ def test_zero_batch_size_is_refused(workdir):
 def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch):
     from torchvision.datasets import MNIST
 
-    monkeypatch.setattr(
-        MNIST, "mirrors", ["http://127.0.0.1:9/"]
-    )  # nothing listens: download fails
-    with pytest.raises(
-        RuntimeError, match=r"(?s)Could not download MNIST into 'data'.*IDX files.*data_dir"
-    ):
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens: download fails
+    with pytest.raises(RuntimeError, match=r"(?s)Could not download MNIST into 'data'.*IDX files.*data_dir"):
         fit("mnist.yaml", "trainer/debug.yaml")
 
 
 def test_missing_checkpoint_is_named(workdir, capsys):
-    err = run_error(
-        ["test", "--config", config("digits.yaml"), "--ckpt_path=runs/none.ckpt"], capsys
-    )
+    err = run_error(["test", "--config", config("digits.yaml"), "--ckpt_path=runs/none.ckpt"], capsys)
     assert "--ckpt_path" in err and "runs/none.ckpt" in err and "'last'" in err
 
 

@@ -48,11 +48,7 @@ def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch)
             main(args)
         assert exit_info.value.code in (0, None)
         return
-    extra = (
-        ("--trainer.accelerator=cpu", "--trainer.devices=2")
-        if overlay == "trainer/ddp.yaml"
-        else ()
-    )
+    extra = ("--trainer.accelerator=cpu", "--trainer.devices=2") if overlay == "trainer/ddp.yaml" else ()
     cli = build(experiment, overlay, extra=extra)
     assert cli.model is not None and cli.datamodule is not None
 

@@ -84,9 +84,7 @@ class ProjCLI(LightningCLI):
         )
         # A link whose source the chosen data module lacks, or whose target the chosen model lacks,
         # is skipped, so image and text tasks share these.
-        parser.link_arguments(
-            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
-        )
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments(
             "data.num_classes", "model.init_args.net.init_args.num_classes", apply_on="instantiate"
         )

@@ -52,9 +52,7 @@ class ImageClassifier(TaskModule):
         # The sanity-check validation ran on an untrained model: it must not count as a best.
         self.val_acc_best.reset()
 
-    def training_step(
-        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
-    ) -> torch.Tensor:
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
         loss = self.criterion(logits, y)
