@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import fake_images
 from lightning.pytorch import seed_everything
 
+from conftest import fake_images
 from proj.data import CIFAR10DataModule, DigitsDataModule, MNISTDataModule
 from proj.data.tensors import TensorImageDataset, random_translate
 

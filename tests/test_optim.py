@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
-from conftest import config
 
+from conftest import config
 from proj.cli import main
 from proj.models import ImageClassifier
 from proj.nets import ConvNet
@@ -55,7 +56,7 @@ def test_warmup_then_cosine_to_the_floor():
     lrs = lr_curve(120, warmup_steps=10, total_steps=100, min_lr_ratio=0.1)
     assert lrs[0] == 0.0
     assert lrs[:11] == pytest.approx([i / 10 for i in range(11)])
-    assert all(a > b for a, b in zip(lrs[10:100], lrs[11:101], strict=True))
+    assert all(a > b for a, b in itertools.pairwise(lrs[10:101]))
     assert lrs[55] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lrs[100:] == pytest.approx([0.1] * 20)
 

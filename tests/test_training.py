@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import config
 
+from conftest import config
 from proj.cli import main
 from proj.models import ImageClassifier
 from proj.nets import ConvNet

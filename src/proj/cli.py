@@ -102,7 +102,7 @@ class ProjCLI(LightningCLI):
         if not self.config.fit.test_after_fit or self.trainer.interrupted:
             return
         checkpoint = self.trainer.checkpoint_callback
-        best = checkpoint.best_model_path if checkpoint is not None else ""
+        best = self.trainer.strategy.broadcast(checkpoint.best_model_path if checkpoint is not None else "")
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 

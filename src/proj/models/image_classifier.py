@@ -81,6 +81,7 @@ class ImageClassifier(TaskModule):
     ) -> None:
         x, y = batch
         logits = self(x)
-        self.log(f"{stage}/loss", self.criterion(logits, y), prog_bar=True)
+        # Synced so every DDP rank agrees on the monitored value (and so on the best checkpoint).
+        self.log(f"{stage}/loss", self.criterion(logits, y), prog_bar=True, sync_dist=True)
         metrics.update(logits, y)
         self.log_dict(metrics, prog_bar=True)
