@@ -43,26 +43,50 @@ def test_batches_are_cut_by_indexing_not_per_sample(monkeypatch):
 
     monkeypatch.setattr(TensorImageDataset, "__getitem__", per_sample)
     x, y = next(iter(dm.train_dataloader()))
-    assert x.shape == (32, 1, 8, 8) and x.dtype == torch.float32
+    assert x.shape == (32, 1, 8, 8) and x.dtype == torch.uint8, "batches travel as stored"
     assert y.shape == (32,) and y.dtype == torch.int64
 
 
 def test_normalised_inputs_are_roughly_standard():
     dm = DigitsDataModule(batch_size=2000)
     dm.setup("fit")
-    x, _ = next(iter(dm.val_dataloader()))
+    x, _ = dm.on_after_batch_transfer(next(iter(dm.val_dataloader())), 0)
+    assert x.dtype == torch.float32
     assert abs(x.mean().item()) < 0.1
     assert abs(x.std().item() - 1) < 0.1
 
 
-def test_augmentation_touches_the_train_split_only():
+def test_augmentation_touches_training_batches_only():
+    from lightning.pytorch import Trainer
+
     dm = DigitsDataModule(batch_size=64, augment=True)
     dm.setup("fit")
-    train, val = dm.splits["train"], dm.splits["val"]
-    index = list(range(64))
+    dm.trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    batch = next(iter(dm.val_dataloader()))
     torch.manual_seed(0)
-    assert not torch.equal(train.__getitems__(index)[0], train.__getitems__(index)[0])
-    assert torch.equal(val.__getitems__(index)[0], val.__getitems__(index)[0])
+    dm.trainer.training = True
+    assert not torch.equal(dm.on_after_batch_transfer(batch, 0)[0], dm.on_after_batch_transfer(batch, 0)[0])
+    dm.trainer.validating = True
+    assert torch.equal(dm.on_after_batch_transfer(batch, 0)[0], dm.on_after_batch_transfer(batch, 0)[0])
+
+
+def test_training_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
+    from proj.data.resumable import ResumableSampler
+
+    data = list(range(100))
+    order = list(ResumableSampler(data, seed=3))
+    assert sorted(order) == data and order != data
+    assert list(ResumableSampler(data, seed=3)) == order
+    later = ResumableSampler(data, seed=3)
+    later.set_epoch(1)
+    assert list(later) != order
+    resumed = ResumableSampler(data, seed=3)
+    resumed.start = 40
+    assert list(resumed) == order[40:]
+    assert list(resumed) == order, "the skip applies to one epoch only"
+    shards = [list(ResumableSampler(data, num_replicas=2, rank=r, seed=3)) for r in (0, 1)]
+    assert sorted(shards[0] + shards[1]) == data
+    assert len(list(ResumableSampler(data, seed=3, epoch_size=30))) == 30
 
 
 def test_random_translate_shifts_each_image_within_the_padding():

@@ -20,6 +20,11 @@ from lightning.pytorch.cli import (
     LightningCLI,
     SaveConfigCallback,
 )
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
+
+from proj.callbacks import ExactResume
+from proj.checkpoint_io import AtomicCheckpointIO
 
 DEFAULT_SEED = 42
 _SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
@@ -47,16 +52,11 @@ class RunConfigSaver(SaveConfigCallback):
         if self.already_saved:
             return
         run_dir = trainer.strategy.broadcast(run_directory(trainer))
-        if trainer.is_global_zero:
-            path = Path(run_dir) / self.config_filename
+        path = Path(run_dir) / self.config_filename
+        # A resumed run continues in its own directory: the config that started it stays.
+        if trainer.is_global_zero and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.parser.save(
-                self.config,
-                path,
-                skip_none=False,
-                overwrite=self.overwrite,
-                multifile=self.multifile,
-            )
+            self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
         self.already_saved = True
 
 
@@ -69,6 +69,7 @@ class ProjCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
             seed_everything_default=DEFAULT_SEED,
+            trainer_defaults={"callbacks": [ExactResume()]},
             parser_kwargs={"default_env": True},
             auto_configure_optimizers=False,
             args=args,
@@ -95,8 +96,21 @@ class ProjCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
+        if subcommand == "fit":
+            resume_into_run(self.config.fit, parser)
         if subcommand:
             check_ckpt_path(self.config[subcommand].get("ckpt_path"), parser)
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def before_fit(self) -> None:
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, ExactResume):
+                callback.keep_logged_metrics(self.trainer)
 
     def after_fit(self) -> None:
         if not self.config.fit.test_after_fit or self.trainer.interrupted:
@@ -104,6 +118,53 @@ class ProjCLI(LightningCLI):
         checkpoint = self.trainer.checkpoint_callback
         best = self.trainer.strategy.broadcast(checkpoint.best_model_path if checkpoint is not None else "")
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def experiment_dir(config) -> Path | None:
+    """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run."""
+    logger = config.trainer.get("logger")
+    init_args = logger.get("init_args") if hasattr(logger, "get") else None
+    if init_args is None:
+        return None
+    save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
+    name = init_args.get("name") or init_args.get("project") or "lightning_logs"
+    return Path(save_dir) / str(name)
+
+
+def loadable(path: Path) -> bool:
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:
+        rank_zero_warn(f"Skipping unreadable checkpoint {path} ({type(error).__name__}: {error})")
+        return False
+    return True
+
+
+def resume_into_run(config, parser: LightningArgumentParser) -> None:
+    """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment, and
+    make any resumed checkpoint continue logging into its own run directory.
+
+    Lightning's own ``last`` looks only in the new run's empty folder and then silently trains from
+    scratch. Here every ``<experiment>/<version>/checkpoints/*.ckpt`` is a candidate, newest first;
+    unreadable ones (a truncated save) are skipped with a warning; none at all is an error.
+    """
+    ckpt_path = config.get("ckpt_path")
+    root = experiment_dir(config)
+    if ckpt_path is None or root is None:
+        return
+    if ckpt_path == "last":
+        candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+        found = next((p for p in candidates if loadable(p)), None)
+        if found is None:
+            parser.error(
+                f"--ckpt_path last: no readable checkpoint under {root}/*/checkpoints/. Drop --ckpt_path "
+                "to train from scratch, or pass the path of a .ckpt file to resume from."
+            )
+        config.ckpt_path = ckpt_path = str(found)
+    run = Path(ckpt_path).resolve().parent.parent
+    if Path(ckpt_path).parent.name == "checkpoints" and run.parent == root.resolve():
+        version = run.name.removeprefix("version_")
+        config.trainer.logger.init_args.version = int(version) if version.isdigit() else run.name
 
 
 def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser) -> None:

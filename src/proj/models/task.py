@@ -74,8 +74,8 @@ class TaskModule(LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Called after AMP unscaling and before clipping, so this is the norm clipping acts on.
-        # Measured only on logging steps: the norm costs a pass over every gradient.
-        if self.global_step % self.trainer.log_every_n_steps:
+        # Measured only on the steps the logger writes: the norm costs a pass over every gradient.
+        if (self.global_step + 1) % self.trainer.log_every_n_steps:
             return
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:

@@ -1,0 +1,5 @@
+"""Callbacks Lightning lacks."""
+
+from proj.callbacks.resume import ExactResume
+
+__all__ = ["ExactResume"]

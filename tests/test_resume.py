@@ -1,0 +1,139 @@
+"""A run killed with SIGKILL and resumed with `--ckpt_path last` ends bit-identical to a run that
+was never interrupted; a broken save never costs the previous checkpoint."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import config
+from proj.cli import main
+
+TESTS = Path(__file__).parent
+
+# Digits: 21 batches of 64 per epoch. A periodic checkpoint every 6 steps, 2 epochs, dropout and
+# augmentation on (the digits config has both).
+PERIODIC = """
+trainer:
+  max_epochs: 2
+  enable_progress_bar: false
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: 6
+        save_last: true
+        filename: "step{step:04d}"
+        auto_insert_metric_name: false
+"""
+KILL = """
+    - class_path: faults.KillAtStep
+      init_args:
+        step: {step}
+"""
+
+
+def run_fit(workdir: Path, *extra: str, kill_at: int | None = None) -> subprocess.CompletedProcess:
+    overlay = workdir / "overlay.yaml"
+    overlay.write_text(PERIODIC + (KILL.format(step=kill_at) if kill_at is not None else ""))
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
+               "--config", str(overlay), "--test_after_fit=false", *extra]  # fmt: skip
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+
+def final_state(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+def metric_rows(run: Path) -> list[tuple[str, str]]:
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return sorted((row["step"], row["train/loss"]) for row in rows if row.get("train/loss"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    result = run_fit(workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir / "runs" / "digits" / "version_0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kill_at", "where"),
+    [(16, "mid-epoch: checkpoint at step 12, killed 4 steps later"), (21, "epoch boundary")],
+)
+def test_killed_run_resumes_bit_identical(kill_at, where, uninterrupted, tmp_path):
+    killed = run_fit(tmp_path, kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = run_fit(tmp_path, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    runs = list((tmp_path / "runs" / "digits").iterdir())
+    assert [r.name for r in runs] == ["version_0"], "the resumed run continues in its own directory"
+    expected, got = final_state(uninterrupted), final_state(runs[0])
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), f"{where}: {key} differs"
+    assert metric_rows(runs[0]) == metric_rows(uninterrupted), "logged steps duplicated or missing"
+
+
+@pytest.mark.slow
+def test_resume_skips_a_truncated_checkpoint_with_a_warning(tmp_path):
+    killed = run_fit(tmp_path, kill_at=16)
+    assert killed.returncode == -signal.SIGKILL
+    checkpoints = tmp_path / "runs" / "digits" / "version_0" / "checkpoints"
+    last = checkpoints / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])  # what a save interrupted without atomic writes leaves
+    os.utime(last)
+    resumed = run_fit(tmp_path, "--ckpt_path=last", "--trainer.max_epochs=1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Skipping unreadable checkpoint" in resumed.stderr and "last.ckpt" in resumed.stderr
+    assert "step0012.ckpt" in resumed.stderr + resumed.stdout
+
+
+def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", config("digits.yaml"), "--ckpt_path=last"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ckpt_path last: no readable checkpoint under runs/digits" in err
+    assert "Drop --ckpt_path to train from scratch" in err
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys, threading, time
+from pathlib import Path
+import torch
+from proj.checkpoint_io import AtomicCheckpointIO
+
+target = Path(sys.argv[1])
+big = {"state_dict": {"w": torch.randn(64, 1024, 1024)}}  # 256 MiB: the save takes a while
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+AtomicCheckpointIO().save_checkpoint(big, target)
+"""
+
+
+def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path):
+    from proj.checkpoint_io import AtomicCheckpointIO
+
+    target = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(3)}}, target)
+    result = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(target)], timeout=120)
+    assert result.returncode == -signal.SIGKILL
+    previous = torch.load(target, weights_only=True)
+    assert torch.equal(previous["state_dict"]["w"], torch.ones(3))
+
+
+def test_cli_writes_checkpoints_atomically(workdir):
+    from proj.checkpoint_io import AtomicCheckpointIO
+
+    cli = main(["fit", "--config", config("digits.yaml"), "--trainer.fast_dev_run=true"])
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
