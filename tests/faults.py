@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import signal as signal_module
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
@@ -20,3 +21,28 @@ class KillAtStep(Callback):
     ) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SignalAtStep(Callback):
+    """Sends ``signal`` to its own process at optimizer step ``step``, on rank ``rank`` only."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0) -> None:
+        self.step = step
+        self.signum = getattr(signal_module, signal)
+        self.rank = rank
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os.kill(os.getpid(), self.signum)
+
+
+class TouchAtStep(Callback):
+    """Creates ``path`` once training reaches ``step``: tells a test the run is under way."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step = step
+        self.path = path
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.is_global_zero:
+            open(self.path, "w").close()

@@ -23,7 +23,7 @@ from lightning.pytorch.cli import (
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
-from proj.callbacks import ExactResume
+from proj.callbacks import ExactResume, Preemption
 from proj.checkpoint_io import AtomicCheckpointIO
 
 DEFAULT_SEED = 42
@@ -69,7 +69,7 @@ class ProjCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
             seed_everything_default=DEFAULT_SEED,
-            trainer_defaults={"callbacks": [ExactResume()]},
+            trainer_defaults={"callbacks": [ExactResume(), Preemption()]},
             parser_kwargs={"default_env": True},
             auto_configure_optimizers=False,
             args=args,
@@ -141,7 +141,8 @@ def loadable(path: Path) -> bool:
 
 
 def resume_into_run(config, parser: LightningArgumentParser) -> None:
-    """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment, and
+    """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment
+    (``auto``: the same, or a fresh start when there is none, for job scripts that requeue), and
     make any resumed checkpoint continue logging into its own run directory.
 
     Lightning's own ``last`` looks only in the new run's empty folder and then silently trains from
@@ -152,13 +153,17 @@ def resume_into_run(config, parser: LightningArgumentParser) -> None:
     root = experiment_dir(config)
     if ckpt_path is None or root is None:
         return
-    if ckpt_path == "last":
+    if ckpt_path in ("last", "auto"):
         candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
         found = next((p for p in candidates if loadable(p)), None)
+        if found is None and ckpt_path == "auto":
+            config.ckpt_path = None
+            return
         if found is None:
             parser.error(
                 f"--ckpt_path last: no readable checkpoint under {root}/*/checkpoints/. Drop --ckpt_path "
-                "to train from scratch, or pass the path of a .ckpt file to resume from."
+                "to train from scratch (or use --ckpt_path auto: resume if possible, else start), or "
+                "pass the path of a .ckpt file to resume from."
             )
         config.ckpt_path = ckpt_path = str(found)
     run = Path(ckpt_path).resolve().parent.parent

@@ -1,0 +1,86 @@
+"""Stop cleanly on SIGTERM or Ctrl-C: finish the step, save, exit non-zero."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from types import FrameType
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.utilities import rank_zero_warn
+
+
+class Preempted(SystemExit):
+    """Raised on every rank once a stop signal is agreed; the exit code is 128 + the signal."""
+
+
+class Preemption(Callback):
+    """On SIGTERM (SLURM preemption, ``kill``, torchrun shutting down) or Ctrl-C, on any or all ranks:
+    finish the current step, save ``last.ckpt`` on every rank's behalf, and exit with 128 + signal.
+
+    Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
+    when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
+    success. Here the handler only records the signal; at the end of each training step the ranks
+    agree (one max-reduce of a scalar) and all stop together. ``grace_seconds`` after a signal, a
+    process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM the job is
+    requeued (``scontrol requeue``) when ``requeue`` is set, and resumes with ``--ckpt_path auto``.
+    A second Ctrl-C interrupts at once.
+    """
+
+    def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
+        self.grace_seconds = grace_seconds
+        self.requeue = requeue
+        self._signal = 0
+        self._previous: dict[int, object] = {}
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Installed here, after Lightning registered its handlers, so these replace them.
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._restore_handlers()
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._restore_handlers()
+
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self._signal and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if not self._signal:
+            self._signal = signum
+            watchdog = threading.Timer(self.grace_seconds, os._exit, args=(128 + signum,))
+            watchdog.daemon = True
+            watchdog.start()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        signum = self._signal
+        if trainer.world_size > 1 and torch.distributed.is_initialized():
+            flag = torch.tensor([signum], device=pl_module.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            signum = int(flag.item())
+        if signum:
+            self._stop(trainer, signum)
+
+    def _stop(self, trainer: Trainer, signum: int) -> None:
+        checkpoint = trainer.checkpoint_callback
+        folder = getattr(checkpoint, "dirpath", None) or trainer.default_root_dir
+        path = os.path.join(folder, "last.ckpt")
+        trainer.save_checkpoint(path)
+        name = signal.Signals(signum).name
+        rank_zero_warn(
+            f"Received {name} at step {trainer.global_step}: saved {path}. "
+            "Resume with `fit --config <same configs> --ckpt_path last`."
+        )
+        job = os.environ.get("SLURM_JOB_ID")
+        if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
+            subprocess.run(["scontrol", "requeue", job], check=False)
+        raise Preempted(128 + signum)

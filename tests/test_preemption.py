@@ -1,0 +1,110 @@
+"""SIGTERM and Ctrl-C on any or all ranks: save, exit non-zero in bounded time, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import config
+
+TESTS = Path(__file__).parent
+LONG = ("--trainer.max_epochs=100", "--trainer.enable_progress_bar=false", "--test_after_fit=false")
+DDP = ("--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2")
+
+
+def start(workdir: Path, *extra: str, fault: str = "") -> subprocess.Popen:
+    overlay = workdir / "overlay.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n" + fault)
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
+               "--config", str(overlay), *LONG, *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    return subprocess.Popen(
+        command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def fault(class_name: str, **init_args) -> str:
+    args = "".join(f"\n        {k}: {v}" for k, v in init_args.items())
+    return f"    - class_path: faults.{class_name}\n      init_args:{args}\n"
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+
+
+def finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail("the run hung after the signal")
+    return process.returncode, output
+
+
+def assert_saved_and_resumable(workdir: Path, step_at_least: int, *extra: str) -> None:
+    last = workdir / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["global_step"] >= step_at_least
+    resumed = subprocess.run(
+        [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), *extra,
+         "--ckpt_path=last", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+         "--test_after_fit=false"],
+        cwd=workdir, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_non_zero(tmp_path):
+    ready = tmp_path / "ready"
+    process = start(tmp_path, fault=fault("TouchAtStep", step=5, path=str(ready)))
+    wait_for(ready, process)
+    os.killpg(process.pid, signal.SIGTERM)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert "Received SIGTERM" in output and "--ckpt_path last" in output
+    assert_saved_and_resumable(tmp_path, 5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_exits_non_zero(tmp_path):
+    ready = tmp_path / "ready"
+    process = start(tmp_path, fault=fault("TouchAtStep", step=5, path=str(ready)))
+    wait_for(ready, process)
+    os.killpg(process.pid, signal.SIGINT)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGINT, output[-3000:]
+    assert_saved_and_resumable(tmp_path, 5)
+
+
+@pytest.mark.slow
+def test_sigterm_to_every_ddp_rank_saves_and_exits(tmp_path):
+    ready = tmp_path / "ready"
+    process = start(tmp_path, *DDP, fault=fault("TouchAtStep", step=3, path=str(ready)))
+    wait_for(ready, process)
+    os.killpg(process.pid, signal.SIGTERM)  # what SLURM and a process-group kill do
+    code, output = finish(process)
+    assert code != 0, output[-3000:]
+    assert "Received SIGTERM" in output
+    assert_saved_and_resumable(tmp_path, 3)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_non_zero_rank_stops_every_rank(tmp_path):
+    process = start(tmp_path, *DDP, fault=fault("SignalAtStep", step=4, rank=1))
+    code, output = finish(process, timeout=300)
+    assert code != 0, output[-3000:]
+    assert "Received SIGTERM at step 5" in output
+    assert_saved_and_resumable(tmp_path, 5)
