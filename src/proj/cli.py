@@ -23,7 +23,7 @@ from lightning.pytorch.cli import (
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
-from proj.callbacks import ExactResume, Preemption
+from proj.callbacks import ExactResume, Preemption, StopOnDivergence
 from proj.checkpoint_io import AtomicCheckpointIO
 
 DEFAULT_SEED = 42
@@ -69,7 +69,7 @@ class ProjCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
             seed_everything_default=DEFAULT_SEED,
-            trainer_defaults={"callbacks": [ExactResume(), Preemption()]},
+            trainer_defaults={"callbacks": [ExactResume(), Preemption(), StopOnDivergence()]},
             parser_kwargs={"default_env": True},
             auto_configure_optimizers=False,
             args=args,

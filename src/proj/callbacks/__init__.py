@@ -1,6 +1,7 @@
 """Callbacks Lightning lacks."""
 
+from proj.callbacks.divergence import DivergenceError, StopOnDivergence
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 
-__all__ = ["ExactResume", "Preempted", "Preemption"]
+__all__ = ["DivergenceError", "ExactResume", "Preempted", "Preemption", "StopOnDivergence"]

@@ -1,0 +1,49 @@
+"""A diverging run stops at the first non-finite loss and leaves only finite checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import config
+from proj.callbacks import DivergenceError
+from proj.cli import main
+
+EVERY_STEP = """
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: 1
+        save_last: true
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, workdir):
+    overlay = workdir / "every_step.yaml"
+    overlay.write_text(EVERY_STEP)
+    diverge = [
+        "--model.init_args.optimizer.init_args.lr=1e6",
+        "--model.init_args.scheduler=null",
+        "--trainer.gradient_clip_val=null",
+    ]
+    with pytest.raises(DivergenceError) as error:
+        main(["fit", "--config", config("digits.yaml"), "--config", str(overlay), *diverge,
+              f"--trainer.precision={precision}", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    message = str(error.value)
+    assert "learning rate" in message and precision in message
+    assert "bad input data" in message and "--ckpt_path last" in message
+    step = int(message.split(" step ")[1].split()[0])
+    checkpoints = list((workdir / "runs" / "digits" / "version_0" / "checkpoints").glob("*.ckpt"))
+    assert checkpoints
+    for path in checkpoints:
+        state = torch.load(path, weights_only=True)
+        assert state["global_step"] <= step
+        assert all(torch.isfinite(v).all() for v in state["state_dict"].values() if v.is_floating_point())
+
+
+def test_debug_overlay_turns_on_anomaly_detection(workdir):
+    cli = main(["--config", config("digits.yaml"), "--config", config("trainer/debug.yaml")], run=False)
+    assert cli.trainer._detect_anomaly is True
