@@ -7,12 +7,15 @@ finish by testing its best checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 
 import torch
+import yaml
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import (
     ArgsType,
@@ -94,12 +97,14 @@ class ProjCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        check_yaml_syntax(sys.argv[1:] if args is None else args, parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand == "fit":
             resume_into_run(self.config.fit, parser)
         if subcommand:
-            check_ckpt_path(self.config[subcommand].get("ckpt_path"), parser)
+            check_trainer(self.config[subcommand].trainer, parser)
+            check_ckpt_path(self.config[subcommand].get("ckpt_path"), parser, self.config[subcommand])
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         trainer = super().instantiate_trainer(**kwargs)
@@ -172,8 +177,48 @@ def resume_into_run(config, parser: LightningArgumentParser) -> None:
         config.trainer.logger.init_args.version = int(version) if version.isdigit() else run.name
 
 
-def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser) -> None:
-    """Refuse a missing, truncated or code-carrying checkpoint before anything is built."""
+def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:
+    """Name the file and line of a YAML syntax error (jsonargparse reports "<unicode string>")."""
+    if not isinstance(args, (list, tuple)):
+        return
+    paths = [a.split("=", 1)[1] for a in args if isinstance(a, str) and a.startswith("--config=")]
+    paths += [b for a, b in itertools.pairwise(args) if a in ("--config", "-c") and isinstance(b, str)]
+    for path in paths:
+        if not Path(path).is_file():
+            continue
+        try:
+            yaml.safe_load(Path(path).read_text())
+        except yaml.YAMLError as error:
+            where = f" at line {error.problem_mark.line + 1}" if getattr(error, "problem_mark", None) else ""
+            problem = getattr(error, "problem", None) or error
+            parser.error(f"--config {path}: not valid YAML{where} ({problem}). Fix the syntax there.")
+
+
+def check_trainer(trainer, parser: LightningArgumentParser) -> None:
+    """Catch trainer settings that Lightning accepts but that cannot work or silently misbehave."""
+    accelerator, devices = trainer.get("accelerator"), trainer.get("devices")
+    if accelerator in ("gpu", "cuda"):
+        available = torch.cuda.device_count()
+        if available == 0:
+            parser.error(
+                f"trainer.accelerator={accelerator} but no CUDA GPU is visible on this machine. Use "
+                "--trainer.accelerator=auto (or stack configs/trainer/cpu.yaml instead of gpu.yaml)."
+            )
+        if isinstance(devices, int) and devices > available:
+            parser.error(
+                f"trainer.devices={devices} but this machine has {available} GPU(s). Use "
+                f"--trainer.devices={available} or --trainer.devices=auto."
+            )
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and clip <= 0:
+        parser.error(
+            f"trainer.gradient_clip_val={clip}: must be positive (a negative norm would flip the "
+            "gradients' sign). Use a value such as 1.0, or null to turn clipping off."
+        )
+
+
+def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser, config=None) -> None:
+    """Refuse a missing, truncated, code-carrying or foreign checkpoint before anything is built."""
     if ckpt_path is None or ckpt_path in _SPECIAL_CKPT_PATHS:
         return
     path = Path(ckpt_path)
@@ -183,7 +228,7 @@ def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser) -> N
             "(runs/<experiment>/<version>/checkpoints/) or 'last' / 'best'."
         )
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
         parser.error(
             f"--ckpt_path: '{ckpt_path}' holds pickled objects that `weights_only=True` refuses "
@@ -196,6 +241,24 @@ def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser) -> N
             f"{str(error).splitlines()[0]}). It may be truncated by an interrupted save: pick an "
             "earlier checkpoint from the same folder."
         )
+    if config is not None:
+        check_same_model(checkpoint, config, ckpt_path, parser)
+
+
+def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: LightningArgumentParser) -> None:
+    """A checkpoint's module and network class must be the ones the config builds."""
+    saved = checkpoint.get("hyper_parameters") or {}
+    wanted = config.model
+    pairs = [("model", saved.get("_class_path"), wanted.get("class_path"))]
+    saved_net, wanted_net = saved.get("net"), wanted.get("init_args", {}).get("net")
+    if isinstance(saved_net, dict) and wanted_net is not None:
+        pairs.append(("model.init_args.net", saved_net.get("class_path"), wanted_net.get("class_path")))
+    for field, was, now in pairs:
+        if was and now and was != now:
+            parser.error(
+                f"--ckpt_path: '{ckpt_path}' holds a {was} but {field} is {now}. Use the config the "
+                "checkpoint was trained with (its run directory's config.yaml) or a checkpoint of this model."
+            )
 
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:

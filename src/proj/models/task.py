@@ -38,6 +38,7 @@ class TaskModule(LightningModule):
         self.scheduler = scheduler
         self.scheduler_interval = scheduler_interval
         self.scheduler_monitor = scheduler_monitor
+        check_optimization(optimizer, scheduler)
         if compile:
             # In-place compile keeps the parameter names, so checkpoints load with or without it.
             self.net.compile()
@@ -80,6 +81,25 @@ class TaskModule(LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
+
+
+def check_optimization(optimizer: OptimizerCallable, scheduler: LRSchedulerCallable | None) -> None:
+    """Build the optimizer and scheduler once on a stand-in parameter, so a bad setting (a negative
+    learning rate, a betas out of range) is refused when the model is built, before any data is
+    loaded, with the config field in the message."""
+    fix = "Fix its init_args in the config."
+    try:
+        trial = optimizer([torch.nn.Parameter(torch.zeros(1))])
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"model.init_args.optimizer: {error}. {fix}") from None
+    lr = trial.param_groups[0].get("lr")
+    if isinstance(lr, (int, float)) and lr <= 0:
+        raise ValueError(f"model.init_args.optimizer: the learning rate is {lr}; it must be positive. {fix}")
+    if scheduler is not None:
+        try:
+            scheduler(trial)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"model.init_args.scheduler: {error}. {fix}") from None
 
 
 def _is_plain(value: object) -> bool:

@@ -1,0 +1,97 @@
+"""Training order that a checkpoint can restore exactly, mid-epoch included."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.trainer.states import TrainerFn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+class ResumableSampler(DistributedSampler):
+    """Shuffles each epoch with a generator seeded by ``seed + epoch`` and can start part-way.
+
+    The order of an epoch is a pure function of (seed, epoch, rank), never of the global RNG, so a
+    resumed run sees the same order; ``start`` skips the samples this rank already trained on, once.
+    It is a ``DistributedSampler``, so Lightning leaves it in place under DDP and each rank keeps its
+    own shard and position. ``epoch_size`` caps an epoch at that many samples (across all ranks),
+    for data sets where an "epoch" is a chosen number of random draws.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 0,
+        epoch_size: int | None = None,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
+        self.epoch_size = epoch_size
+        if epoch_size is not None:
+            self.num_samples = -(-epoch_size // num_replicas)
+            self.total_size = self.num_samples * num_replicas
+        self.start = 0
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        indices = torch.randperm(len(self.dataset), generator=generator)
+        if self.total_size > len(indices):
+            indices = indices.repeat(-(-self.total_size // len(indices)))
+        mine = indices[: self.total_size][self.rank :: self.num_replicas]
+        start, self.start = self.start, 0
+        return iter(mine[start:].tolist())
+
+
+class ResumableDataModule(LightningDataModule):
+    """A data module whose training order is saved in checkpoints and restored on resume.
+
+    Lightning stores ``state_dict()`` in every checkpoint and hands it back through
+    ``load_state_dict()`` before the training loader is built, so ``train_loader`` can start the
+    sampler at the saved epoch and batch. The loader's own generator (used for worker seeds) is
+    seeded too, so building a loader never draws from the global RNG that dropout uses.
+    """
+
+    batch_size: int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._resume_from: dict[str, Any] | None = None
+
+    def train_loader(self, dataset: Sized, epoch_size: int | None = None, **loader_kwargs: Any) -> DataLoader:
+        trainer = self.trainer
+        replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        sampler = ResumableSampler(dataset, replicas, rank, seed=seed, epoch_size=epoch_size)
+        if self._resume_from is not None:
+            epoch, batches = self._resume_from["epoch"], self._resume_from["batches"]
+            if self._resume_from["epoch_done"]:
+                sampler.set_epoch(epoch + 1)
+            else:
+                sampler.set_epoch(epoch)
+                sampler.start = batches * self.batch_size
+            self._resume_from = None
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(
+            dataset, batch_size=self.batch_size, sampler=sampler, generator=generator, **loader_kwargs
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:
+            return {}
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {
+            "train_order": {
+                "epoch": trainer.current_epoch,
+                "batches": batches,
+                "epoch_done": batches >= trainer.num_training_batches,
+            }
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resume_from = state_dict.get("train_order")
