@@ -13,7 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
-OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml"))
+# configs/sweeps/ holds W&B sweep specs, which drive the CLI instead of stacking on an experiment.
+OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") if p.parent.name != "sweeps")
+SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))
 
 
 def config(name: str) -> str:
