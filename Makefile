@@ -5,7 +5,7 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 RUN := $(UV) run --frozen --no-sync
 CONFIG ?= configs/digits.yaml
 
-.PHONY: help install train test test-fast lint format clean
+.PHONY: help install train test test-fast lint format rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,10 @@ lint: install ## ruff lint and format check
 format: install ## apply ruff's fixes and formatting
 	$(RUN) ruff check --fix .
 	$(RUN) ruff format .
+
+rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject (then re-locks)
+	python3 scripts/rename.py "$(NAME)"
+	$(UV) lock
 
 clean: ## remove the environment, caches and runs/ (data/ is kept)
 	rm -rf .venv .tools .pytest_cache .ruff_cache runs lightning_logs

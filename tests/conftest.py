@@ -1,10 +1,12 @@
-"""Shared test helpers: the shipped configs, a clean working folder, and tiny copies of the
-downloadable datasets written in their real on-disk formats."""
+"""Shared test helpers: the shipped configs, a clean working folder, a copy of the repository, and
+tiny copies of the downloadable datasets written in their real on-disk formats."""
 
 from __future__ import annotations
 
 import pickle
+import shutil
 import struct
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +15,33 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
-OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml"))
+# configs/sweeps/ holds W&B sweep specs, which drive the CLI instead of stacking on an experiment.
+OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") if p.parent.name != "sweeps")
+SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))
 
 
 def config(name: str) -> str:
     return str(CONFIGS / name)
+
+
+def copy_repo(dest: Path) -> Path:
+    """Copy what a clone of this repository holds (tracked files, plus new ones git does not ignore)
+    into ``dest``: no environment, caches, runs or data come along."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to list the repository's files")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
 
 
 @pytest.fixture

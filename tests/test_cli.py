@@ -94,7 +94,10 @@ def test_wrong_type_is_named(workdir, capsys):
 
 
 def test_unknown_class_path_is_named(workdir, capsys):
-    err = run_error(["fit", "--config", config("digits.yaml"), "--model.net=proj.nets.NoSuchNet"], capsys)
+    err = run_error(
+        ["fit", "--config", config("digits.yaml"), "--model.net=proj.nets.NoSuchNet"],
+        capsys,
+    )
     assert "NoSuchNet" in err
 
 

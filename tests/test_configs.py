@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import math
+import random
 
-from conftest import EXPERIMENTS, OVERLAYS, config
+import pytest
+import yaml
+
+from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, config
 from proj.cli import main
 
 
@@ -91,3 +95,44 @@ def test_data_facts_are_linked_into_the_network(workdir):
     assert net.features[0][0].in_channels == 3
     assert net.head[-1].out_features == 10
     assert cli.model.hparams.net["init_args"]["input_shape"] == (3, 32, 32)
+
+
+def sample(spec: dict, rng: random.Random) -> object:
+    """One value from a W&B sweep parameter spec, as the sweep controller would pick it."""
+    if "value" in spec:
+        return spec["value"]
+    if "values" in spec:
+        return rng.choice(spec["values"])
+    low, high = spec["min"], spec["max"]
+    default = "int_uniform" if isinstance(low, int) and isinstance(high, int) else "uniform"
+    distribution = spec.get("distribution", default)
+    if distribution == "int_uniform":
+        return rng.randint(low, high)
+    if distribution == "uniform":
+        return rng.uniform(low, high)
+    if distribution == "log_uniform_values":
+        return math.exp(rng.uniform(math.log(low), math.log(high)))
+    raise NotImplementedError(f"teach sample() the '{distribution}' distribution")
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
+    spec = yaml.safe_load((CONFIGS / sweep).read_text())
+    assert spec["metric"]["name"] in {"val/loss", "val/acc", "val/acc_best"}
+    command = spec["command"]
+    assert command[:5] == ["${env}", "python", "-m", "proj", "fit"] and command[-1] == "${args}"
+    rng = random.Random(0)
+    values = {name: sample(param, rng) for name, param in spec["parameters"].items()}
+    # What the agent puts in place of ${args} (wandb.sdk.launch.sweeps.utils.create_sweep_command_args);
+    # it runs the command from the folder `wandb agent` started in, the repository root.
+    args = [f"--{name}={value}" for name, value in values.items()]
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command[4:-1], *args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    for name, value in values.items():
+        node = printed
+        for key in name.split("."):
+            node = node[key]
+        assert node == pytest.approx(value), name

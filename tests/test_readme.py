@@ -1,0 +1,56 @@
+"""README's "Start your own experiment" works as written: its files, dropped into a fresh copy of the
+repository with nothing else changed, lint clean, pass the config tests and train."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, copy_repo
+
+# A fenced block right after `<!-- file: PATH -->` is the whole content of the file at PATH.
+FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?\n)```", re.DOTALL)
+
+
+def readme_files() -> dict[str, str]:
+    return {m["path"]: m["body"] for m in FILE_BLOCK.finditer((ROOT / "README.md").read_text())}
+
+
+@pytest.mark.slow
+def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
+    files = readme_files()
+    experiments = [path for path in files if re.fullmatch(r"configs/[^/]+\.yaml", path)]
+    assert len(experiments) == 1 and any(path.endswith(".py") for path in files), sorted(files)
+    copy = copy_repo(tmp_path)
+    for path, body in files.items():
+        assert not (copy / path).exists(), f"the README would overwrite {path}"
+        (copy / path).write_text(body)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+        return subprocess.run(
+            [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    python_files = [path for path in files if path.endswith(".py")]
+    for lint in (["check", "--no-cache"], ["format", "--no-cache", "--check"]):
+        result = run("-m", "ruff", *lint, *python_files)
+        assert result.returncode == 0, result.stdout
+
+    experiment = experiments[0]
+    name = experiment.removeprefix("configs/")
+    tests = run("-m", "pytest", "tests/test_configs.py", "-q", "-p", "no:cacheprovider", "-k", name)
+    assert tests.returncode == 0, tests.stdout[-3000:]
+    assert re.search(r"\d+ passed", tests.stdout)
+
+    fit = run("-m", "proj", "fit", "--config", experiment, "--trainer.fast_dev_run=true")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    net = yaml.safe_load(files[experiment])["model"]["init_args"]["net"]["class_path"].rsplit(".", 1)[1]
+    summary = re.search(r"\| net\s+\| (\w+)", fit.stderr)  # Lightning's model summary, logged
+    assert summary and summary.group(1) == net, fit.stderr[-3000:]
+    assert "test/acc" in fit.stdout
