@@ -108,3 +108,37 @@ def test_sigterm_to_one_non_zero_rank_stops_every_rank(tmp_path):
     assert code != 0, output[-3000:]
     assert "Received SIGTERM at step 5" in output
     assert_saved_and_resumable(tmp_path, 5)
+
+
+@pytest.mark.slow
+def test_slurm_job_requeues_itself_and_the_requeued_job_resumes(tmp_path):
+    """SLURM is not installed here: `scontrol` is a script that records its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
+    scontrol.chmod(0o755)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(TESTS),
+        "SLURM_JOB_ID": "4242",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+    }
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n" + fault("SignalAtStep", step=6))
+    job = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), "--ckpt_path", "auto",
+           "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+           "--test_after_fit=false"]  # fmt: skip
+    first = subprocess.run([*job, "--config", str(overlay)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert first.returncode == 128 + signal.SIGTERM, first.stderr[-3000:]
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    requeued = subprocess.run(job, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert requeued.returncode == 0, requeued.stderr[-3000:]
+    assert "Restoring states from the checkpoint" in requeued.stderr + requeued.stdout
+    assert "dataloader is not resumable" not in requeued.stderr
+    assert sorted(p.name for p in (tmp_path / "runs/digits/version_0/checkpoints").glob("last*")) == [
+        "last.ckpt"
+    ]
+    last = torch.load(tmp_path / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 21

@@ -10,6 +10,7 @@ from types import FrameType
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 
@@ -74,6 +75,11 @@ class Preemption(Callback):
         checkpoint = trainer.checkpoint_callback
         folder = getattr(checkpoint, "dirpath", None) or trainer.default_root_dir
         path = os.path.join(folder, "last.ckpt")
+        # Claimed by every ModelCheckpoint of that folder (in the saved state too), so after the
+        # resume they overwrite this last.ckpt instead of starting a last-v1.ckpt beside it.
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath == folder:
+                callback.last_model_path = path
         trainer.save_checkpoint(path)
         name = signal.Signals(signum).name
         rank_zero_warn(

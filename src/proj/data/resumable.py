@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sized
 from typing import Any
 
@@ -95,3 +96,7 @@ class ResumableDataModule(LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._resume_from = state_dict.get("train_order")
+        # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one's sampler does.
+        warnings.filterwarnings(
+            "ignore", message="You're resuming from a checkpoint that ended before the epoch"
+        )
