@@ -1,0 +1,18 @@
+"""LightningDataModules: each owns its download, splits and loaders and states the data's facts
+(``num_classes``, ``input_shape``, a vocabulary) for the CLI to link into the model."""
+
+from proj.data.image import (
+    CIFAR10DataModule,
+    DigitsDataModule,
+    FashionMNISTDataModule,
+    ImageDataModule,
+    MNISTDataModule,
+)
+
+__all__ = [
+    "CIFAR10DataModule",
+    "DigitsDataModule",
+    "FashionMNISTDataModule",
+    "ImageDataModule",
+    "MNISTDataModule",
+]

@@ -1,0 +1,234 @@
+"""Image classification data modules, all held in memory as tensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader
+from torchvision import datasets
+
+from proj.data.tensors import TensorImageDataset, keep_batch
+
+Split = tuple[torch.Tensor, torch.Tensor]
+
+
+class ImageDataModule(LightningDataModule):
+    """Shared loading, splitting and batching for image data modules.
+
+    A subclass states its facts (``num_classes``, ``input_shape``, normalisation ``mean``/``std``,
+    pixel ``scale``, which augmentations suit it) and implements ``load(train)`` returning uint8
+    ``(N, C, H, W)`` images with int64 labels; downloads belong in ``prepare_data``, which Lightning
+    runs on one process per node only. The validation split is cut from the training set with
+    ``split_seed``, so it never changes with the training seed.
+    """
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    scale: float = 255.0
+    augment_pad: int = 0
+    augment_flip: bool = False
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 128,
+        val_fraction: float = 0.1,
+        split_seed: int = 12345,
+        augment: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        self.save_hyperparameters()
+        self.data_dir = Path(data_dir)
+        self.batch_size = batch_size
+        self.val_fraction = val_fraction
+        self.split_seed = split_seed
+        self.augment = augment
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.splits: dict[str, TensorImageDataset] = {}
+
+    def load(self, train: bool) -> Split:
+        """The official training (``train=True``) or test set as uint8 images and int64 labels."""
+        raise NotImplementedError
+
+    def split_train_val(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[Split, Split]:
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.split_seed))
+        n_val = max(1, round(self.val_fraction * len(labels)))
+        val, train = order[:n_val], order[n_val:]
+        return (images[train], labels[train]), (images[val], labels[val])
+
+    def setup(self, stage: str) -> None:
+        if self.splits:
+            return
+        train, val = self.split_train_val(*self.load(train=True))
+        self.splits = {
+            "train": self.dataset(train, augment=self.augment),
+            "val": self.dataset(val),
+            "test": self.dataset(self.load(train=False)),
+        }
+        sizes = ", ".join(f"{name} {len(ds)}" for name, ds in self.splits.items())
+        rank_zero_info(f"{type(self).__name__}: {sizes} images of shape {self.input_shape}")
+
+    def dataset(self, split: Split, augment: bool = False) -> TensorImageDataset:
+        images, labels = split
+        return TensorImageDataset(
+            images,
+            labels,
+            self.mean,
+            self.std,
+            scale=self.scale,
+            augment=augment,
+            flip=self.augment_flip,
+            pad=self.augment_pad,
+        )
+
+    def loader(self, split: str, shuffle: bool = False) -> DataLoader:
+        return DataLoader(
+            self.splits[split],
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            collate_fn=keep_batch,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+
+class DigitsDataModule(ImageDataModule):
+    """scikit-learn's bundled 8×8 handwritten digits (1,797 images): real data, no download.
+
+    It has no official test set, so a seeded ``test_fraction`` is held out first and the
+    validation split is then cut from the rest.
+    """
+
+    num_classes = 10
+    input_shape = (1, 8, 8)
+    mean = (0.3,)
+    std = (0.4,)
+    scale = 16.0
+    augment_pad = 1
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.2,
+        split_seed: int = 12345,
+        augment: bool = False,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> None:
+        if not 0.0 < test_fraction < 1.0:
+            raise ValueError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
+        self.test_fraction = test_fraction
+        super().__init__(data_dir, batch_size, val_fraction, split_seed, augment, num_workers, pin_memory)
+
+    def load(self, train: bool) -> Split:
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        images = torch.from_numpy(digits.images.astype(np.uint8)).unsqueeze(1)
+        labels = torch.from_numpy(digits.target).long()
+        generator = torch.Generator().manual_seed(self.split_seed + 1)
+        order = torch.randperm(len(labels), generator=generator)
+        n_test = round(self.test_fraction * len(labels))
+        index = order[n_test:] if train else order[:n_test]
+        return images[index], labels[index]
+
+
+class _TorchvisionDataModule(ImageDataModule):
+    """A torchvision dataset: downloaded in ``prepare_data``, read from ``data_dir`` afterwards."""
+
+    dataset_class: type[datasets.VisionDataset]
+    files_hint: str
+
+    def prepare_data(self) -> None:
+        for train in (True, False):
+            try:
+                self.dataset_class(str(self.data_dir), train=train, download=True)
+            except Exception as error:
+                raise RuntimeError(
+                    f"Could not download {self.dataset_class.__name__} into '{self.data_dir}' "
+                    f"({type(error).__name__}: {error}). Without a network, copy {self.files_hint} "
+                    f"there yourself, or point data.init_args.data_dir at a folder holding them."
+                ) from error
+
+    def torchvision_dataset(self, train: bool) -> datasets.VisionDataset:
+        try:
+            return self.dataset_class(str(self.data_dir), train=train, download=False)
+        except RuntimeError as error:
+            raise FileNotFoundError(
+                f"{self.dataset_class.__name__} not found in '{self.data_dir}': expected {self.files_hint}. "
+                "Run `fit` once with a network to download it, or set data.init_args.data_dir."
+            ) from error
+
+
+class MNISTDataModule(_TorchvisionDataModule):
+    """MNIST handwritten digits, 28×28 grey, 60k train / 10k test."""
+
+    dataset_class = datasets.MNIST
+    files_hint = "the four IDX files (train-images-idx3-ubyte, …) under MNIST/raw/"
+    num_classes = 10
+    input_shape = (1, 28, 28)
+    mean = (0.1307,)
+    std = (0.3081,)
+    augment_pad = 2
+
+    def load(self, train: bool) -> Split:
+        ds = self.torchvision_dataset(train)
+        return ds.data.unsqueeze(1), ds.targets.long()
+
+
+class FashionMNISTDataModule(MNISTDataModule):
+    """Zalando's Fashion-MNIST: ten clothing classes, 28×28 grey, 60k train / 10k test."""
+
+    dataset_class = datasets.FashionMNIST
+    files_hint = "the four IDX files (train-images-idx3-ubyte, …) under FashionMNIST/raw/"
+    mean = (0.2860,)
+    std = (0.3530,)
+    augment_flip = True
+
+
+class CIFAR10DataModule(_TorchvisionDataModule):
+    """CIFAR-10: ten object classes, 32×32 colour, 50k train / 10k test."""
+
+    dataset_class = datasets.CIFAR10
+    files_hint = "the extracted cifar-10-batches-py/ folder (data_batch_1…5, test_batch, batches.meta)"
+    num_classes = 10
+    input_shape = (3, 32, 32)
+    mean = (0.4914, 0.4822, 0.4465)
+    std = (0.2470, 0.2435, 0.2616)
+    augment_pad = 4
+    augment_flip = True
+
+    def load(self, train: bool) -> Split:
+        ds = self.torchvision_dataset(train)
+        images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()
+        return images, torch.tensor(ds.targets, dtype=torch.long)
