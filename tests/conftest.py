@@ -1,5 +1,5 @@
-"""Shared test helpers: the shipped configs, a clean working folder, and tiny copies of the
-downloadable datasets written in their real on-disk formats."""
+"""Shared test helpers: the shipped configs, a clean working folder, tiny copies of the
+downloadable datasets written in their real on-disk formats, and the shared Tiny Shakespeare text."""
 
 from __future__ import annotations
 
@@ -14,10 +14,21 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml"))
+# CI checks the repository out beside ../shared, which holds the real corpus: tests never download it.
+TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+EXPERIMENT_ARGS = {
+    "shakespeare_char.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
+    "shakespeare_char_cpu.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
+}
 
 
 def config(name: str) -> str:
     return str(CONFIGS / name)
+
+
+def experiment_args(name: str) -> tuple[str, ...]:
+    """Command-line arguments an experiment needs under test (the text ones: where the corpus is)."""
+    return EXPERIMENT_ARGS.get(name, ())
 
 
 @pytest.fixture
