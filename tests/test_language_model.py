@@ -114,11 +114,13 @@ def test_seeded_generation_repeats_and_restores_training_mode():
 
 def test_prompt_outside_the_vocabulary_is_refused():
     model = tiny_model()
-    with pytest.raises(ValueError, match=r"(?s)'Z', '#' are not in the model's vocabulary.*training text"):
+    with pytest.raises(
+        ValueError, match=r"(?s)prompt: characters 'Z', '#' are not in the model's vocabulary.*training text"
+    ):
         model.generate("Za#", 5)
-    with pytest.raises(ValueError, match=r"(?s)'Z'.*training text"):
+    with pytest.raises(ValueError, match=r"(?s)model\.sample_prompt: characters 'Z'.*training text"):
         tiny_model(sample_prompt="Z")
-    with pytest.raises(ValueError, match="at least one character"):
+    with pytest.raises(ValueError, match="prompt is empty"):
         model.generate("", 5)
 
 

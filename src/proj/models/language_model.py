@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import fnmatch
-import resource
 import sys
 import time
 from collections.abc import Sequence
@@ -74,11 +73,11 @@ class LanguageModel(TaskModule):
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         self.save_plain_hyperparameters()
         # A checkpoint holds the weights init_from named: loading it must not need that file again.
-        # How text is generated is no property of the weights, and the CLI lets a checkpoint's
-        # hyperparameters override the command line: kept out, `predict` can change them.
+        # Generation settings are no property of the weights, and the CLI lets a checkpoint's
+        # hyperparameters override the command line, so they stay out for `predict` to set.
         self.remove_ignored_hparams(["init_from", *GENERATION_SETTINGS])
         self.tokenizer = CharTokenizer(vocab)
-        self.check_prompt(sample_prompt)
+        self.check_prompt(sample_prompt, "model.sample_prompt")
         self.sample_prompt = sample_prompt
         self.sample_tokens = sample_tokens
         self.num_samples = num_samples
@@ -154,14 +153,14 @@ class LanguageModel(TaskModule):
     def predict_step(self, batch: list[str], batch_idx: int) -> list[str]:
         return [self.generate(p, self.predict_tokens, self.temperature, self.top_k) for p in batch]
 
-    def check_prompt(self, prompt: str) -> None:
+    def check_prompt(self, prompt: str, name: str = "prompt") -> None:
         if not prompt:
-            raise ValueError("A prompt needs at least one character to continue from, e.g. '\\n'.")
+            raise ValueError(f"{name} is empty: it needs at least one character to continue, e.g. '\\n'.")
         missing = self.tokenizer.unknown(prompt)
         if missing:
             shown = ", ".join(repr(c) for c in missing[:10])
             raise ValueError(
-                f"Prompt characters {shown} are not in the model's vocabulary of {len(self.vocab)} "
+                f"{name}: characters {shown} are not in the model's vocabulary of {len(self.vocab)} "
                 f"characters, which comes from its training text: {self.vocab[:100]!r}. "
                 "Use only characters of that text."
             )
@@ -261,5 +260,9 @@ class LanguageModel(TaskModule):
 def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    if sys.platform == "win32":
+        return float("nan")  # no getrusage
+    import resource
+
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
