@@ -1,5 +1,6 @@
-"""Shared test helpers: the shipped configs, a clean working folder, a copy of the repository, and
-tiny copies of the downloadable datasets written in their real on-disk formats."""
+"""Shared test helpers: the shipped configs, a clean working folder, a copy of the repository,
+tiny copies of the downloadable datasets written in their real on-disk formats, and the shared
+Tiny Shakespeare text."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 # configs/sweeps/ holds W&B sweep specs, which drive the CLI instead of stacking on an experiment.
 OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") if p.parent.name != "sweeps")
 SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))
+# CI checks the repository out beside ../shared, which holds the real corpus: tests never download it.
+TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+EXPERIMENT_ARGS = {
+    "shakespeare_char.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
+    "shakespeare_char_cpu.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
+}
 
 
 def config(name: str) -> str:
@@ -42,6 +49,11 @@ def copy_repo(dest: Path) -> Path:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
     return dest
+
+
+def experiment_args(name: str) -> tuple[str, ...]:
+    """Command-line arguments an experiment needs under test (the text ones: where the corpus is)."""
+    return EXPERIMENT_ARGS.get(name, ())
 
 
 @pytest.fixture

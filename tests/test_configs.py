@@ -8,7 +8,7 @@ import random
 import pytest
 import yaml
 
-from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, config
+from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, config, experiment_args
 from proj.cli import main
 
 
@@ -24,7 +24,7 @@ def build(*configs: str, extra: tuple[str, ...] = ()):
 def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, workdir):
     from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 
-    cli = build(experiment)
+    cli = build(experiment, extra=experiment_args(experiment))
     kinds = {type(cb) for cb in cli.trainer.callbacks}
     assert {ModelCheckpoint, EarlyStopping, LearningRateMonitor} <= kinds
     assert cli.config.seed_everything == 42
@@ -53,7 +53,7 @@ def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch)
         assert exit_info.value.code in (0, None)
         return
     extra = ("--trainer.accelerator=cpu", "--trainer.devices=2") if overlay == "trainer/ddp.yaml" else ()
-    cli = build(experiment, overlay, extra=extra)
+    cli = build(experiment, overlay, extra=(*extra, *experiment_args(experiment)))
     assert cli.model is not None and cli.datamodule is not None
 
 

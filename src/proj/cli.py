@@ -95,6 +95,14 @@ class ProjCLI(LightningCLI):
         parser.link_arguments(
             "data.input_shape", "model.init_args.net.init_args.input_shape", apply_on="instantiate"
         )
+        parser.link_arguments("data.vocab", "model.init_args.vocab", apply_on="instantiate")
+        parser.link_arguments(
+            "data.vocab_size", "model.init_args.net.init_args.vocab_size", apply_on="instantiate"
+        )
+        # The context length is stated once, on the network; the data module cuts windows to match.
+        parser.link_arguments(
+            "model.init_args.net.init_args.block_size", "data.init_args.block_size", apply_on="parse"
+        )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_yaml_syntax(sys.argv[1:] if args is None else args, parser)

@@ -8,11 +8,14 @@ from proj.data.image import (
     ImageDataModule,
     MNISTDataModule,
 )
+from proj.data.text import CharTokenizer, TextDataModule
 
 __all__ = [
     "CIFAR10DataModule",
+    "CharTokenizer",
     "DigitsDataModule",
     "FashionMNISTDataModule",
     "ImageDataModule",
     "MNISTDataModule",
+    "TextDataModule",
 ]

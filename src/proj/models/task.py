@@ -73,10 +73,20 @@ class TaskModule(LightningModule):
             config = {"scheduler": scheduler, "interval": self.scheduler_interval}
         return {"optimizer": optimizer, "lr_scheduler": config}
 
+    def is_logging_step(self) -> bool:
+        """Whether the loggers receive what this optimizer step logs.
+
+        Lightning writes on every ``log_every_n_steps``-th step counted from one, and keeps a
+        step's value only until the epoch ends: a value logged on another step reaches the
+        loggers late, or never when an epoch is shorter than ``log_every_n_steps``.
+        """
+        every = self.trainer.log_every_n_steps
+        return every > 0 and (self.global_step + 1) % every == 0
+
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Called after AMP unscaling and before clipping, so this is the norm clipping acts on.
-        # Measured only on the steps the logger writes: the norm costs a pass over every gradient.
-        if (self.global_step + 1) % self.trainer.log_every_n_steps:
+        # Measured only on the steps the loggers write: the norm costs a pass over every gradient.
+        if not self.is_logging_step():
             return
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:

@@ -1,10 +1,12 @@
 """Plain ``nn.Module`` networks, free of Lightning, chosen by ``class_path`` in a config.
 
 Image networks take ``num_classes`` and ``input_shape`` (C, H, W): the CLI links both from the data
-module, so configs set only the architecture's own sizes.
+module, so configs set only the architecture's own sizes. The language model ``GPT`` takes
+``vocab_size`` from the data module and hands its ``block_size`` to it.
 """
 
 from proj.nets.convnet import ConvNet
+from proj.nets.gpt import GPT
 from proj.nets.mlp import MLP
 
-__all__ = ["MLP", "ConvNet"]
+__all__ = ["GPT", "MLP", "ConvNet"]

@@ -1,0 +1,268 @@
+from __future__ import annotations
+
+import fnmatch
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
+from torch import nn
+from torch.nn import functional as F
+from torchmetrics import MeanMetric
+
+from proj.data.text import CharTokenizer
+from proj.models.task import TaskModule
+from proj.optim import WarmupCosineLR
+
+GENERATION_SETTINGS = (
+    "sample_prompt",
+    "sample_tokens",
+    "num_samples",
+    "predict_tokens",
+    "temperature",
+    "top_k",
+)
+
+
+class LanguageModel(TaskModule):
+    """Trains a next-token network (such as ``proj.nets.GPT``) on characters with cross-entropy.
+
+    Logs ``train/loss``, ``val/loss`` and ``val/ppl`` (perplexity, exp of the epoch's mean loss),
+    ``test/loss`` and ``test/ppl``; on logging steps also ``train/tokens_per_sec`` (all processes
+    together) and ``train/peak_memory_mb`` (CUDA's peak allocation, or the process's peak resident
+    memory on CPU). After each validation, ``num_samples`` texts of ``sample_tokens`` characters
+    continuing ``sample_prompt`` go to TensorBoard, W&B, or ``samples.txt`` in the run directory.
+
+    ``vocab`` (linked from the data module by the CLI) is stored in the checkpoint, so a checkpoint
+    decodes on its own: ``LanguageModel.load_from_checkpoint(path).generate("ROMEO:", 200)``.
+
+    Fine-tuning starts from a checkpoint's weights with a fresh optimizer and schedule::
+
+        python -m proj fit --config configs/shakespeare_char_cpu.yaml \\
+            --model.init_args.init_from=runs/shakespeare_char_cpu/version_0/checkpoints/last.ckpt \\
+            --model.init_args.freeze='["net.transformer.wte.*", "net.transformer.h.0.*"]'
+
+    whereas ``--ckpt_path`` resumes an interrupted run: optimizer state, schedule and step included.
+    ``freeze`` takes glob patterns over parameter names; matching parameters stop training and are
+    left out of the optimizer. GPT's output layer shares the token embedding, so freezing
+    ``net.transformer.wte.*`` freezes both.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        vocab: str,
+        optimizer: OptimizerCallable = torch.optim.AdamW,
+        scheduler: LRSchedulerCallable | None = WarmupCosineLR,
+        scheduler_interval: Literal["step", "epoch"] = "step",
+        scheduler_monitor: str = "val/loss",
+        compile: bool = False,
+        freeze: Sequence[str] = (),
+        init_from: str | None = None,
+        sample_prompt: str = "\n",
+        sample_tokens: int = 200,
+        num_samples: int = 1,
+        predict_tokens: int = 500,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+    ) -> None:
+        super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
+        self.save_plain_hyperparameters()
+        # A checkpoint holds the weights init_from named: loading it must not need that file again.
+        # Generation settings are no property of the weights, and the CLI lets a checkpoint's
+        # hyperparameters override the command line, so they stay out for `predict` to set.
+        self.remove_ignored_hparams(["init_from", *GENERATION_SETTINGS])
+        self.tokenizer = CharTokenizer(vocab)
+        self.check_prompt(sample_prompt, "model.sample_prompt")
+        self.sample_prompt = sample_prompt
+        self.sample_tokens = sample_tokens
+        self.num_samples = num_samples
+        self.predict_tokens = predict_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.test_loss = MeanMetric(nan_strategy="disable")
+        self._timer_start: float | None = None
+        self._timer_step = -1
+        self._tokens = 0
+        if init_from is not None:
+            self.load_weights(init_from)
+        self.freeze_parameters(freeze)
+
+    @property
+    def vocab(self) -> str:
+        return self.tokenizer.vocab
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.net(idx)
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor], reduction: str = "mean") -> torch.Tensor:
+        """Next-token cross-entropy; ``reduction="none"`` gives one value per target token."""
+        x, y = batch
+        logits = self(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def on_train_batch_start(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        # Wall time between logging steps, so no step waits for the device to finish its work.
+        step = self.global_step
+        if self.is_logging_step() and step != self._timer_step:
+            now = time.perf_counter()
+            if self._timer_start is not None:
+                rate = self._tokens * self.trainer.world_size / (now - self._timer_start)
+                self.log("train/tokens_per_sec", rate)
+                self.log("train/peak_memory_mb", peak_memory_mb(self.device))
+            self._timer_start, self._timer_step, self._tokens = now, step, 0
+        self._tokens += batch[0].numel()
+
+    def on_validation_start(self) -> None:
+        # Validation time is not training time: the next logging step starts a new measurement.
+        self._timer_start = None
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        # Every token counts once, in a short last batch too. Per-token values rather than a batch
+        # mean with ``weight=``: ``nan_strategy="disable"`` (which spares a host sync per batch)
+        # makes MeanMetric ignore weights.
+        self.val_loss.update(self.loss(batch, reduction="none"))
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/ppl", loss.exp())
+        if self.num_samples > 0 and not (self.trainer.sanity_checking or self.trainer.fast_dev_run):
+            self.log_samples()
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.test_loss.update(self.loss(batch, reduction="none"))
+
+    def on_test_epoch_end(self) -> None:
+        loss = self.test_loss.compute()
+        self.test_loss.reset()
+        self.log("test/loss", loss)
+        self.log("test/ppl", loss.exp())
+
+    def predict_step(self, batch: list[str], batch_idx: int) -> list[str]:
+        return [self.generate(p, self.predict_tokens, self.temperature, self.top_k) for p in batch]
+
+    def check_prompt(self, prompt: str, name: str = "prompt") -> None:
+        if not prompt:
+            raise ValueError(f"{name} is empty: it needs at least one character to continue, e.g. '\\n'.")
+        missing = self.tokenizer.unknown(prompt)
+        if missing:
+            shown = ", ".join(repr(c) for c in missing[:10])
+            raise ValueError(
+                f"{name}: characters {shown} are not in the model's vocabulary of {len(self.vocab)} "
+                f"characters, which comes from its training text: {self.vocab[:100]!r}. "
+                "Use only characters of that text."
+            )
+
+    def generate(
+        self, prompt: str, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None
+    ) -> str:
+        """The prompt followed by ``max_new_tokens`` sampled characters.
+
+        ``temperature`` 0 takes the most likely character each time; ``top_k`` samples among the
+        k most likely only. Sampling draws from torch's global RNG, so seeding it repeats a text.
+        """
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.check_prompt(prompt)
+        idx = self.tokenizer.encode(prompt).to(self.device).unsqueeze(0)
+        block_size = self.net.block_size
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                for _ in range(max_new_tokens):
+                    logits = self.net(idx[:, -block_size:])[:, -1, :].float()
+                    if temperature == 0:
+                        next_id = logits.argmax(dim=-1, keepdim=True)
+                    else:
+                        logits = logits / temperature
+                        if top_k is not None:
+                            kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                            logits = logits.masked_fill(logits < kth, float("-inf"))
+                        next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
+                    idx = torch.cat((idx, next_id), dim=1)
+        finally:
+            self.train(was_training)
+        return self.tokenizer.decode(idx[0])
+
+    def log_samples(self) -> None:
+        """Generate and record samples on rank zero, without moving the training RNG streams."""
+        if not self.trainer.is_global_zero:
+            return
+        cuda = [self.device.index] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda, device_type="cuda"):
+            texts = [
+                self.generate(self.sample_prompt, self.sample_tokens, self.temperature, self.top_k)
+                for _ in range(self.num_samples)
+            ]
+        step = self.global_step
+        for logger in self.loggers or [None]:
+            if isinstance(logger, TensorBoardLogger):
+                for i, text in enumerate(texts):
+                    logger.experiment.add_text(f"samples/{i}", f"```\n{text}\n```", global_step=step)
+            elif isinstance(logger, WandbLogger):
+                logger.log_text("samples", columns=["step", "text"], data=[[step, t] for t in texts])
+            else:
+                folder = Path(getattr(logger, "log_dir", None) or self.trainer.default_root_dir)
+                folder.mkdir(parents=True, exist_ok=True)
+                with open(folder / "samples.txt", "a", encoding="utf-8") as f:
+                    f.writelines(f"--- step {step}, sample {i} ---\n{t}\n\n" for i, t in enumerate(texts))
+
+    def load_weights(self, path: str) -> None:
+        """Start from another run's weights, refusing one trained on different characters: its
+        embedding rows would mean other characters than this data's."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(
+                f"model.init_from: no checkpoint file at '{path}'. Pass a .ckpt written by `fit` "
+                "(runs/<experiment>/<version>/checkpoints/)."
+            )
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        theirs = checkpoint.get("hyper_parameters", {}).get("vocab")
+        if theirs != self.vocab:
+            detail = "it stores none"
+            if isinstance(theirs, str):
+                extra = sorted(set(theirs) - set(self.vocab))
+                missing = sorted(set(self.vocab) - set(theirs))
+                detail = f"{len(theirs)} characters against {len(self.vocab)}; only in the checkpoint: "
+                detail += f"{''.join(extra)!r}, only in the data: {''.join(missing)!r}"
+            raise ValueError(
+                f"model.init_from: the vocabulary of '{path}' differs from the data's ({detail}). "
+                "Fine-tune on the text the checkpoint was trained on (the same characters), or "
+                "train from scratch without init_from."
+            )
+        self.load_state_dict(checkpoint["state_dict"])
+
+    def freeze_parameters(self, patterns: Sequence[str]) -> None:
+        names = [name for name, _ in self.named_parameters()]
+        for pattern in patterns:
+            matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+            if not matched:
+                raise ValueError(
+                    f"model.freeze: pattern {pattern!r} matches no parameter. Names look like: "
+                    f"{', '.join(names[:4])}, …, {names[-1]}."
+                )
+            for name in matched:
+                self.get_parameter(name).requires_grad_(False)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    if sys.platform == "win32":
+        return float("nan")  # no getrusage
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
