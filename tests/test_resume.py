@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import config
+from conftest import TINY_SHAKESPEARE, config
 from proj.cli import main
 
 TESTS = Path(__file__).parent
@@ -39,12 +39,33 @@ KILL = """
 """
 
 
-def run_fit(workdir: Path, *extra: str, kill_at: int | None = None) -> subprocess.CompletedProcess:
+# The character GPT, small: 2 layers with dropout, validation (and sampling) every 10 steps.
+TEXT = (
+    f"--data.init_args.path={TINY_SHAKESPEARE}",
+    "--model.init_args.net.init_args.n_layer=2",
+    "--model.init_args.net.init_args.n_head=2",
+    "--model.init_args.net.init_args.n_embd=64",
+    "--model.init_args.net.init_args.dropout=0.1",
+    "--model.init_args.scheduler.init_args.warmup_steps=5",
+    "--trainer.max_steps=30",
+    "--trainer.val_check_interval=10",
+    "--trainer.limit_val_batches=2",
+)
+TASKS = {
+    "image": ("digits.yaml", "digits", ()),
+    "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu", TEXT),
+}
+
+
+def run_fit(
+    workdir: Path, *extra: str, kill_at: int | None = None, task: str = "image"
+) -> subprocess.CompletedProcess:
+    experiment, _, task_args = TASKS[task]
     overlay = workdir / "overlay.yaml"
     overlay.write_text(PERIODIC + (KILL.format(step=kill_at) if kill_at is not None else ""))
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
-               "--config", str(overlay), "--test_after_fit=false", *extra]  # fmt: skip
+    command = [sys.executable, "-m", "proj", "fit", "--config", config(experiment),
+               "--config", str(overlay), "--test_after_fit=false", *task_args, *extra]  # fmt: skip
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -59,30 +80,44 @@ def metric_rows(run: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("uninterrupted")
-    result = run_fit(workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return workdir / "runs" / "digits" / "version_0"
+def uninterrupted(tmp_path_factory) -> dict[str, Path]:
+    """Each task's run, never interrupted, computed once and on demand."""
+    runs: dict[str, Path] = {}
+
+    def run(task: str) -> Path:
+        if task not in runs:
+            workdir = tmp_path_factory.mktemp(f"uninterrupted-{task}")
+            result = run_fit(workdir, task=task)
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[task] = workdir / "runs" / TASKS[task][1] / "version_0"
+        return runs[task]
+
+    return run
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kill_at", "where"),
-    [(16, "mid-epoch: checkpoint at step 12, killed 4 steps later"), (21, "epoch boundary")],
+    ("task", "kill_at", "where"),
+    [
+        ("image", 16, "mid-epoch: checkpoint at step 12, killed 4 steps later"),
+        ("image", 21, "epoch boundary"),
+        ("text", 16, "mid-epoch, after a validation with sampling at step 10"),
+    ],
 )
-def test_killed_run_resumes_bit_identical(kill_at, where, uninterrupted, tmp_path):
-    killed = run_fit(tmp_path, kill_at=kill_at)
+def test_killed_run_resumes_bit_identical(task, kill_at, where, uninterrupted, tmp_path):
+    killed = run_fit(tmp_path, kill_at=kill_at, task=task)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = run_fit(tmp_path, "--ckpt_path=last")
+    resumed = run_fit(tmp_path, "--ckpt_path=last", task=task)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
-    runs = list((tmp_path / "runs" / "digits").iterdir())
+    runs = list((tmp_path / "runs" / TASKS[task][1]).iterdir())
     assert [r.name for r in runs] == ["version_0"], "the resumed run continues in its own directory"
-    expected, got = final_state(uninterrupted), final_state(runs[0])
+    reference = uninterrupted(task)
+    expected, got = final_state(reference), final_state(runs[0])
+    assert expected.keys() == got.keys()
     for key in expected:
         assert torch.equal(expected[key], got[key]), f"{where}: {key} differs"
-    assert metric_rows(runs[0]) == metric_rows(uninterrupted), "logged steps duplicated or missing"
+    assert metric_rows(runs[0]) == metric_rows(reference), "logged steps duplicated or missing"
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 from torchvision import datasets
 
 from proj.data.resumable import ResumableDataModule
-from proj.data.tensors import TensorImageDataset, keep_batch, random_hflip, random_translate
+from proj.data.tensors import TensorImageDataset, random_hflip, random_translate
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
@@ -85,19 +85,8 @@ class ImageDataModule(ResumableDataModule):
         sizes = ", ".join(f"{name} {len(ds)}" for name, ds in self.splits.items())
         rank_zero_info(f"{type(self).__name__}: {sizes} images of shape {self.input_shape}")
 
-    def loader_kwargs(self) -> dict:
-        return {
-            "collate_fn": keep_batch,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.num_workers > 0,
-        }
-
-    def loader(self, split: str) -> DataLoader:
-        return DataLoader(self.splits[split], batch_size=self.batch_size, **self.loader_kwargs())
-
     def train_dataloader(self) -> DataLoader:
-        return self.train_loader(self.splits["train"], **self.loader_kwargs())
+        return self.train_loader(self.splits["train"])
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")

@@ -12,6 +12,8 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from proj.data.tensors import keep_batch
+
 
 class ResumableSampler(DistributedSampler):
     """Shuffles each epoch with a generator seeded by ``seed + epoch`` and can start part-way.
@@ -49,7 +51,8 @@ class ResumableSampler(DistributedSampler):
 
 
 class ResumableDataModule(LightningDataModule):
-    """A data module whose training order is saved in checkpoints and restored on resume.
+    """A data module of whole-tensor splits (``self.splits``, datasets with a batched
+    ``__getitems__``) whose training order is saved in checkpoints and restored on resume.
 
     Lightning stores ``state_dict()`` in every checkpoint and hands it back through
     ``load_state_dict()`` before the training loader is built, so ``train_loader`` can start the
@@ -58,12 +61,27 @@ class ResumableDataModule(LightningDataModule):
     """
 
     batch_size: int
+    num_workers: int
+    pin_memory: bool
+    splits: dict[str, Dataset]
 
     def __init__(self) -> None:
         super().__init__()
         self._resume_from: dict[str, Any] | None = None
 
-    def train_loader(self, dataset: Sized, epoch_size: int | None = None, **loader_kwargs: Any) -> DataLoader:
+    def loader_kwargs(self) -> dict[str, Any]:
+        return {
+            "collate_fn": keep_batch,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.num_workers > 0,
+        }
+
+    def loader(self, split: str) -> DataLoader:
+        """The loader of an evaluation split, in order."""
+        return DataLoader(self.splits[split], batch_size=self.batch_size, **self.loader_kwargs())
+
+    def train_loader(self, dataset: Sized, epoch_size: int | None = None) -> DataLoader:
         trainer = self.trainer
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
@@ -78,7 +96,7 @@ class ResumableDataModule(LightningDataModule):
             self._resume_from = None
         generator = torch.Generator().manual_seed(seed)
         return DataLoader(
-            dataset, batch_size=self.batch_size, sampler=sampler, generator=generator, **loader_kwargs
+            dataset, batch_size=self.batch_size, sampler=sampler, generator=generator, **self.loader_kwargs()
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
-from proj.data.tensors import keep_batch
+from proj.data.resumable import ResumableDataModule
 
 TINY_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -85,7 +84,7 @@ class TokenWindows(Dataset):
         return windows[:, :-1], windows[:, 1:]
 
 
-class TextDataModule(LightningDataModule):
+class TextDataModule(ResumableDataModule):
     """Next-character prediction on one UTF-8 text file (Tiny Shakespeare by default).
 
     The vocabulary is the sorted set of the file's characters. The CLI links it (``vocab``,
@@ -95,10 +94,11 @@ class TextDataModule(LightningDataModule):
     ``path`` may point at any text of your own (set ``url`` to null to forbid downloading).
 
     The first ``train_fraction`` of the text trains, the rest validates. A training epoch is
-    ``len(train) // block_size`` windows at random starts drawn from torch's global RNG, so
-    ``seed_everything`` makes runs repeat. Validation uses fixed windows whose targets do not
-    overlap (``val_windows`` of them spread evenly over the split, or all), so ``val/loss`` is
-    comparable across runs. Test uses the same split and windowing, with every window.
+    ``len(train) // block_size`` windows at distinct random starts, drawn by a sampler seeded with
+    the run's seed and the epoch, so runs repeat and a resumed run continues the same draw.
+    Validation uses fixed windows whose targets do not overlap (``val_windows`` of them spread
+    evenly over the split, or all), so ``val/loss`` is comparable across runs. Test uses the same
+    split and windowing, with every window.
     ``predict`` yields the ``predict_prompts`` strings in batches for the model to continue.
     """
 
@@ -230,21 +230,10 @@ class TextDataModule(LightningDataModule):
             f"{len(train):,} train, {len(val):,} validation ({len(spread)} windows of {self.block_size})"
         )
 
-    def loader(self, split: str, sampler: RandomSampler | None = None) -> DataLoader:
-        return DataLoader(
-            self.splits[split],
-            batch_size=self.batch_size,
-            sampler=sampler,
-            collate_fn=keep_batch,
-            num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.num_workers > 0,
-        )
-
     def train_dataloader(self) -> DataLoader:
         train = self.splits["train"]
         windows_per_epoch = max(1, len(train.tokens) // self.block_size)
-        return self.loader("train", RandomSampler(train, replacement=True, num_samples=windows_per_epoch))
+        return self.train_loader(train, epoch_size=windows_per_epoch)
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")
