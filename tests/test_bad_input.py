@@ -73,3 +73,11 @@ def test_checkpoint_of_another_network_is_refused(workdir, capsys):
     err = error_of(["test", "--config", config("digits.yaml"), *mlp], capsys)
     assert "holds a proj.nets.ConvNet but model.init_args.net is proj.nets.MLP" in err
     assert "config.yaml" in err
+
+
+def test_overlay_for_another_experiment_is_refused(workdir, capsys):
+    (workdir / "image_data.yaml").write_text("data:\n  class_path: proj.data.DigitsDataModule\n")
+    err = error_of(
+        ["fit", "--config", config("shakespeare_char_cpu.yaml"), "--config", "image_data.yaml"], capsys
+    )
+    assert "proj.models.LanguageModel needs vocab, vocab_size" in err and "DigitsDataModule" in err

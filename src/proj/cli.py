@@ -7,6 +7,7 @@ finish by testing its best checkpoint.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import pickle
@@ -108,6 +109,7 @@ class ProjCLI(LightningCLI):
         check_yaml_syntax(sys.argv[1:] if args is None else args, parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
+        check_model_fits_data(self.config[subcommand] if subcommand else self.config, parser)
         if subcommand == "fit":
             resume_into_run(self.config.fit, parser)
         if subcommand:
@@ -200,6 +202,27 @@ def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:
             where = f" at line {error.problem_mark.line + 1}" if getattr(error, "problem_mark", None) else ""
             problem = getattr(error, "problem", None) or error
             parser.error(f"--config {path}: not valid YAML{where} ({problem}). Fix the syntax there.")
+
+
+def check_model_fits_data(config, parser: LightningArgumentParser) -> None:
+    """The model's ``data_facts`` (what the CLI links into it) must exist on the data module: an
+    image model on text data would otherwise fail deep inside its constructor."""
+    model_path, data_path = config.model.get("class_path"), config.data.get("class_path")
+    if not (model_path and data_path):
+        return
+    needs = getattr(_import(model_path), "data_facts", ())
+    missing = [fact for fact in needs if not hasattr(_import(data_path), fact)]
+    if missing:
+        parser.error(
+            f"model {model_path} needs {', '.join(missing)} from its data module, which {data_path} "
+            "does not provide: the model and the data do not fit together (an overlay for another "
+            "experiment?). Stack overlays on the experiment they were written for."
+        )
+
+
+def _import(class_path: str) -> type:
+    module, name = class_path.rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
 
 
 def check_trainer(trainer, parser: LightningArgumentParser) -> None:

@@ -20,6 +20,8 @@ class ImageClassifier(TaskModule):
     ``num_classes`` is linked from the data module by the CLI.
     """
 
+    data_facts = ("num_classes", "input_shape")
+
     def __init__(
         self,
         net: nn.Module,

@@ -52,6 +52,8 @@ class LanguageModel(TaskModule):
     ``net.transformer.wte.*`` freezes both.
     """
 
+    data_facts = ("vocab", "vocab_size")
+
     def __init__(
         self,
         net: nn.Module,
