@@ -20,7 +20,10 @@ def fit(*configs: str, extra: tuple[str, ...] = ()):
     return main([*args, *extra])
 
 
-@pytest.mark.parametrize("experiment", ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml"])
+@pytest.mark.parametrize(
+    "experiment",
+    ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", pytest.param("cifar10.yaml", marks=pytest.mark.slow)],
+)
 def test_fast_dev_run(experiment, image_data):
     cli = fit(experiment, "trainer/debug.yaml", extra=("--data.num_workers=0",))
     assert cli.trainer.state.finished
@@ -28,6 +31,7 @@ def test_fast_dev_run(experiment, image_data):
     assert torch.isfinite(metrics["test/loss"])
 
 
+@pytest.mark.slow
 def test_each_run_gets_its_own_directory_with_its_config(workdir):
     quick = (
         "--trainer.max_epochs=1",
@@ -143,6 +147,7 @@ def test_checkpoint_with_pickled_object_is_refused(workdir, capsys):
     assert isinstance(pickle.loads(pickle.dumps(Payload())), Payload)
 
 
+@pytest.mark.slow
 def test_checkpoint_loads_weights_only_and_drives_test_and_predict(workdir):
     fit(
         "digits.yaml",
