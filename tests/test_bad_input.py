@@ -64,6 +64,7 @@ def test_data_settings_out_of_range_are_refused(flag, message, workdir):
         main(["--config", config("digits.yaml"), flag], run=False)
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_network_is_refused(workdir, capsys):
     quick = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
              "--test_after_fit=false", "--trainer.enable_progress_bar=false")  # fmt: skip

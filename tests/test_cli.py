@@ -52,6 +52,7 @@ def test_each_run_gets_its_own_directory_with_its_config(workdir):
     assert "batch_size: 64" in (runs[0] / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_saved_config_reproduces_the_run(workdir):
     quick = (
         "--trainer.max_epochs=1",
@@ -173,6 +174,7 @@ def test_checkpoint_loads_weights_only_and_drives_test_and_predict(workdir):
     assert torch.equal(preds, probs.argmax(-1))
 
 
+@pytest.mark.slow
 def test_module_rebuilds_from_checkpoint_alone(workdir):
     from proj.models import ImageClassifier
 

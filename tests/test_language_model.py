@@ -93,6 +93,7 @@ def test_activation_checkpointing_gives_the_same_gradients():
         assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_seeded_generation_repeats_and_restores_training_mode():
     torch.manual_seed(0)
     model = tiny_model().train()
@@ -187,6 +188,7 @@ def test_init_from_a_checkpoint_with_another_vocabulary_is_refused(tmp_path):
         tiny_model(init_from="nope.ckpt")
 
 
+@pytest.mark.slow
 def test_validation_samples_go_to_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -224,6 +226,7 @@ def test_test_loss_is_the_mean_over_every_token_with_a_short_last_batch(tmp_path
     assert result["test/ppl"] == pytest.approx(expected.exp().item(), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_debug_run_of_the_text_experiment(workdir):
     cli = main(
         [

@@ -61,6 +61,7 @@ def test_warmup_then_cosine_to_the_floor():
     assert lrs[100:] == pytest.approx([0.1] * 20)
 
 
+@pytest.mark.slow
 def test_schedule_spans_the_trainers_optimizer_steps(workdir):
     cli = main(
         [
@@ -81,6 +82,7 @@ def test_schedule_spans_the_trainers_optimizer_steps(workdir):
     assert final_lr == pytest.approx(0.003 * 0.01)
 
 
+@pytest.mark.slow
 def test_reduce_on_plateau_is_stepped_per_epoch_on_its_monitor(workdir):
     cli = main(
         [

@@ -156,6 +156,7 @@ AtomicCheckpointIO().save_checkpoint(big, target)
 """
 
 
+@pytest.mark.slow
 def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path):
     from proj.checkpoint_io import AtomicCheckpointIO
 
