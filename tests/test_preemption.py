@@ -116,8 +116,8 @@ def test_slurm_job_requeues_itself_and_the_requeued_job_resumes(tmp_path):
     }
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n" + fault("SignalAtStep", step=6))
-    job = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), "--ckpt_path", "auto",
-           "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
+    job = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
+           "--ckpt_path", "auto", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false",
            "--test_after_fit=false"]  # fmt: skip
     first = subprocess.run([*job, "--config", str(overlay)], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
@@ -132,3 +132,24 @@ def test_slurm_job_requeues_itself_and_the_requeued_job_resumes(tmp_path):
     ]
     last = torch.load(tmp_path / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
     assert last["global_step"] == 21
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_torchrun_job_saves_and_exits_non_zero(tmp_path):
+    ready = tmp_path / "ready"
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n" + fault("TouchAtStep", step=3, path=str(ready)))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "-m", "proj", "fit", "--config", config("digits.yaml"), "--config", str(overlay),
+               *LONG, *DDP[:2], "--trainer.accelerator=cpu", "--trainer.devices=2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    wait_for(ready, process)
+    os.killpg(process.pid, signal.SIGTERM)  # the agent and both workers, as a scheduler does
+    code, output = finish(process, timeout=180)
+    assert code != 0, output[-3000:]
+    assert "Received SIGTERM" in output
+    assert_saved_and_resumable(tmp_path, 3)
