@@ -5,7 +5,8 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
-from torchmetrics import MaxMetric, MetricCollection
+from torch.nn import functional as F
+from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from proj.models.task import TaskModule
@@ -35,7 +36,7 @@ class ImageClassifier(TaskModule):
     ) -> None:
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         self.save_plain_hyperparameters()
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.label_smoothing = label_smoothing
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),
@@ -46,6 +47,10 @@ class ImageClassifier(TaskModule):
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.val_acc_best = MaxMetric()
+        # Per-sample losses averaged over the whole split, so a short last batch or an uneven DDP
+        # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.test_loss = MeanMetric(nan_strategy="disable")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -57,21 +62,21 @@ class ImageClassifier(TaskModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
-        loss = self.criterion(logits, y)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         self.train_metrics.update(logits.detach(), y)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_metrics)
+        self._evaluate(batch, "val", self.val_metrics, self.val_loss)
 
     def on_validation_epoch_end(self) -> None:
         self.val_acc_best(self.val_metrics["acc"].compute())
         self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics)
+        self._evaluate(batch, "test", self.test_metrics, self.test_loss)
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -79,11 +84,17 @@ class ImageClassifier(TaskModule):
         return {"probs": probs, "preds": probs.argmax(dim=-1)}
 
     def _evaluate(
-        self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection
+        self,
+        batch: tuple[torch.Tensor, torch.Tensor],
+        stage: str,
+        metrics: MetricCollection,
+        loss: MeanMetric,
     ) -> None:
         x, y = batch
         logits = self(x)
-        # Synced so every DDP rank agrees on the monitored value (and so on the best checkpoint).
-        self.log(f"{stage}/loss", self.criterion(logits, y), prog_bar=True, sync_dist=True)
+        loss.update(F.cross_entropy(logits, y, reduction="none", label_smoothing=self.label_smoothing))
         metrics.update(logits, y)
+        # Metric objects are computed over the whole split and synced across DDP ranks, so every
+        # rank agrees on the monitored value (and so on the best checkpoint).
+        self.log(f"{stage}/loss", loss, prog_bar=True)
         self.log_dict(metrics, prog_bar=True)
