@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from conftest import config
 from proj.callbacks import BatchSizeFinder, LearningRateFinder
 from proj.cli import main
 from proj.models import ImageClassifier
+from proj.nets import MLP
 
 QUICK = (
     "--trainer.max_epochs=1",
@@ -35,6 +37,15 @@ def callback(cli, kind: type):
 
 def scheduler(cli):
     return cli.trainer.lr_scheduler_configs[0].scheduler
+
+
+def test_lr_is_the_optimizers_rate_and_a_new_one_builds_the_optimizer():
+    optimizer = partial(torch.optim.AdamW, lr=0.01)
+    model = ImageClassifier(MLP(10, (1, 8, 8)), num_classes=10, optimizer=optimizer, scheduler=None)
+    assert model.lr == 0.01  # what Lightning's LearningRateFinder looks for, by that name
+    model.lr = 0.002
+    assert model.lr == 0.002
+    assert [group["lr"] for group in model.configure_optimizers().param_groups] == [0.002, 0.002]
 
 
 @pytest.mark.slow

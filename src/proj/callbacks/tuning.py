@@ -73,7 +73,8 @@ class LearningRateFinder(_FreshRunsOnly, _LearningRateFinder):
 
 class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
     """Lightning's batch-size search (the largest size that fits in memory, capped by the data and
-    ``max_val``), run once at the start of ``fit``.
+    ``max_val``), run once at the start of ``fit`` only: Lightning's searches again at the start of
+    ``validate``, ``test`` and ``predict``, where the batch size changes nothing but the time.
 
     The size found is saved in checkpoints. A resumed run does not search again; it must use the
     size the run trained with (the sampler's position is counted in batches), and stops with the
@@ -86,10 +87,11 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
         if not self.resuming:
             super().on_fit_start(trainer, pl_module)
             size, name = self.optimal_batch_size, self._batch_arg_name
-            rank_zero_info(
-                f"BatchSizeFinder: training with batch size {size}. To keep it without searching, set "
-                f"data.init_args.{name}: {size} in the config."
-            )
+            if size is not None:
+                rank_zero_info(
+                    f"BatchSizeFinder: training with batch size {size}. To keep it without searching, "
+                    f"set data.init_args.{name}: {size} in the config."
+                )
             return
         current = lightning_getattr(pl_module, self._batch_arg_name)
         if self.optimal_batch_size is not None and current != self.optimal_batch_size:
@@ -98,6 +100,15 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
                 f"BatchSizeFinder found, but {self._batch_arg_name} is {current} now. Resume with "
                 f"--data.init_args.{self._batch_arg_name}={self.optimal_batch_size}."
             )
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        return
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        return
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        return
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimal_batch_size": self.optimal_batch_size}
