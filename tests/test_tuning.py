@@ -50,9 +50,9 @@ def test_lr_is_the_optimizers_rate_and_a_new_one_builds_the_optimizer():
 
 @pytest.mark.slow
 def test_lr_finder_trains_with_the_rate_it_suggests_and_checkpoints_keep_it(workdir):
-    # Two epochs of 21 batches cut the search short (42 of its 100 steps), enough for a suggestion;
-    # the training after it stops at step 3, just validated.
-    short = ("--trainer.max_epochs=2", "--trainer.val_check_interval=3")
+    # Five epochs of 3 batches cut the search short (15 of its 100 steps), enough for a suggestion;
+    # the training after it stops at the end of its first epoch, step 3.
+    short = ("--trainer.max_epochs=5", "--trainer.limit_train_batches=3")
     cli = fit("digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_steps=3"))
     finder = callback(cli, LearningRateFinder)
     found = finder.optimal_lr.suggestion()
@@ -72,18 +72,18 @@ def test_lr_finder_trains_with_the_rate_it_suggests_and_checkpoints_keep_it(work
     assert float(rows[0]["lr"]) == pytest.approx(1e-6)
 
     # The checkpoint records the rate trained with, so loading or resuming rebuilds that optimizer.
-    cli.trainer.save_checkpoint("tuned.ckpt")
-    saved = torch.load("tuned.ckpt", weights_only=True)["hyper_parameters"]
+    last = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)["hyper_parameters"]
     assert saved["optimizer"]["init_args"]["lr"] == found
-    assert ImageClassifier.load_from_checkpoint("tuned.ckpt", weights_only=True).lr == found
+    assert ImageClassifier.load_from_checkpoint(last, weights_only=True).lr == found
 
     # Resumed, the finder does not search again, and training continues at the found rate.
     resumed = fit(
-        "digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_steps=4", "--ckpt_path=tuned.ckpt")
+        "digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_epochs=2", f"--ckpt_path={last}")
     )
     assert callback(resumed, LearningRateFinder).optimal_lr is None
     assert scheduler(resumed).base_lrs == [found, found]
-    assert resumed.trainer.global_step == 4
+    assert resumed.trainer.global_step == 6
 
 
 @pytest.mark.slow
