@@ -4,6 +4,9 @@ SHELL := bash
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 RUN := $(UV) run --frozen --no-sync
 CONFIG ?= configs/digits.yaml
+# Test files run in parallel, one worker per core (at most 4), each file's tests in one worker so
+# they share its module fixtures.
+PYTEST := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
 
 .PHONY: help install train test test-fast lint format rename clean
 
@@ -23,10 +26,10 @@ train: install ## train the offline default (digits), then test its best checkpo
 	$(RUN) python -m proj fit --config $(CONFIG)
 
 test: install ## the whole test suite (what CI runs)
-	$(RUN) pytest
+	$(PYTEST)
 
 test-fast: install ## the edit loop: skips tests marked slow
-	$(RUN) pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: install ## ruff lint and format check
 	$(RUN) ruff check .

@@ -4,6 +4,7 @@ Tiny Shakespeare text."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import struct
@@ -12,6 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+# Under `make test` each core runs a worker (pytest-xdist): one thread per process, set before torch
+# is imported and inherited by the training processes tests start, keeps them from oversubscribing.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

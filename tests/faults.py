@@ -10,16 +10,20 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 
 class KillAtStep(Callback):
-    """SIGKILLs its own process as the batch after optimizer step ``step`` begins: no handler runs,
-    nothing is flushed, as when a node dies or the OOM killer strikes."""
+    """SIGKILLs its own process (``group``: its whole process group, every DDP rank) as the batch
+    after optimizer step ``step`` begins: no handler runs, nothing is flushed, as when a node dies
+    or the OOM killer strikes."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, step: int, group: bool = False) -> None:
         self.step = step
+        self.group = group
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
     ) -> None:
         if trainer.global_step == self.step:
+            if self.group:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -214,25 +214,3 @@ def test_wandb_runs_each_get_their_own_config(workdir, monkeypatch):
         assert (run / "checkpoints" / "last.ckpt").is_file()
     written = [p for p in workdir.rglob("*") if p.is_file()]
     assert written and not any(b"secret-key-that" in p.read_bytes() for p in written)
-
-
-@pytest.mark.slow
-def test_ddp_run_writes_one_config_and_one_set_of_checkpoints(workdir):
-    import subprocess
-    import sys
-
-    command = [
-        sys.executable, "-m", "proj", "fit",
-        "--config", config("digits.yaml"), "--config", config("trainer/ddp.yaml"),
-        "--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2",
-        "--trainer.enable_progress_bar=false",
-    ]  # fmt: skip
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.name for p in (workdir / "runs" / "digits").iterdir()] == ["version_0"]
-    run = workdir / "runs" / "digits" / "version_0"
-    assert (run / "config.yaml").is_file()
-    assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "last.ckpt"
-    assert len(list((run / "checkpoints").iterdir())) == 2
-    assert "test/acc" in result.stdout

@@ -38,8 +38,8 @@ def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, wor
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
-    if overlay == "trainer/gpu.yaml":
-        # No GPU here: parse only; building would ask for a CUDA device.
+    if overlay in ("trainer/gpu.yaml", "trainer/fsdp.yaml"):
+        # No GPU here: parse only; building would ask for a CUDA device (Lightning's FSDP needs one).
         args = [
             "fit",
             "--config",
@@ -55,6 +55,22 @@ def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch)
     extra = ("--trainer.accelerator=cpu", "--trainer.devices=2") if overlay == "trainer/ddp.yaml" else ()
     cli = build(experiment, overlay, extra=(*extra, *experiment_args(experiment)))
     assert cli.model is not None and cli.datamodule is not None
+
+
+def test_fsdp_overlay_shards_each_transformer_block():
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch.strategies import FSDPStrategy, Strategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    from proj.nets.gpt import Block
+
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(Strategy, "strategy")
+    spec = yaml.safe_load((CONFIGS / "trainer" / "fsdp.yaml").read_text())["trainer"]["strategy"]
+    strategy = parser.instantiate(parser.parse_object({"strategy": spec})).strategy
+    assert isinstance(strategy, FSDPStrategy) and strategy._state_dict_type == "full"
+    policy = strategy.kwargs["auto_wrap_policy"]
+    assert isinstance(policy, ModuleWrapPolicy) and policy._module_classes == {Block}
 
 
 def test_overlay_appends_callbacks_instead_of_replacing(workdir):

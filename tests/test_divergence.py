@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import config
+from conftest import TINY_SHAKESPEARE, config
 from proj.callbacks import DivergenceError
 from proj.cli import main
 
@@ -18,10 +18,25 @@ trainer:
         save_last: true
 """
 
+# A small GPT, validated rarely: the run diverges long before the first validation.
+TEXT = (
+    f"--data.init_args.path={TINY_SHAKESPEARE}",
+    "--model.init_args.net.init_args.n_layer=2",
+    "--model.init_args.net.init_args.n_embd=64",
+    "--trainer.val_check_interval=100",
+    "--trainer.max_steps=100",
+)
+TASKS = {
+    "image": ("digits.yaml", "digits", ()),
+    "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu", TEXT),
+}
+
 
 @pytest.mark.slow
+@pytest.mark.parametrize("task", ["image", "text"])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, workdir):
+def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, task, workdir):
+    experiment, name, task_args = TASKS[task]
     overlay = workdir / "every_step.yaml"
     overlay.write_text(EVERY_STEP)
     diverge = [
@@ -30,13 +45,13 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, wo
         "--trainer.gradient_clip_val=null",
     ]
     with pytest.raises(DivergenceError) as error:
-        main(["fit", "--config", config("digits.yaml"), "--config", str(overlay), *diverge,
+        main(["fit", "--config", config(experiment), "--config", str(overlay), *diverge, *task_args,
               f"--trainer.precision={precision}", "--trainer.enable_progress_bar=false"])  # fmt: skip
     message = str(error.value)
     assert "learning rate" in message and precision in message
     assert "bad input data" in message and "--ckpt_path last" in message
     step = int(message.split(" step ")[1].split()[0])
-    checkpoints = list((workdir / "runs" / "digits" / "version_0" / "checkpoints").glob("*.ckpt"))
+    checkpoints = list((workdir / "runs" / name / "version_0" / "checkpoints").glob("*.ckpt"))
     assert checkpoints
     for path in checkpoints:
         state = torch.load(path, weights_only=True)

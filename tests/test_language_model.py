@@ -350,3 +350,15 @@ def test_fine_tuning_from_weights_keeps_frozen_layers(verse_run, monkeypatch):
     assert not torch.equal(before[changed], after[changed])
     n_optimized = sum(len(g["params"]) for g in checkpoint["optimizer_states"][0]["param_groups"])
     assert n_optimized == len(list(tuned.model.parameters())) - len(frozen)
+
+
+@pytest.mark.slow
+def test_checkpoint_on_text_with_other_characters_is_refused(verse_run, monkeypatch):
+    _, folder, args, best = verse_run
+    monkeypatch.chdir(folder)
+    # As many characters as the verse, but not the same ones: the embedding rows would be misread.
+    other = folder / "other.txt"
+    other.write_text((VERSE * 40).replace("S", "X"), encoding="utf-8")
+    message = r"(?s)vocabulary differs from the data's.*only in the checkpoint: 'S'.*only in the data: 'X'"
+    with pytest.raises(ValueError, match=message + r".*data\.init_args\.path"):
+        main(["test", *args, f"--data.init_args.path={other}", f"--ckpt_path={best}"])

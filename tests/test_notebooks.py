@@ -3,6 +3,7 @@ readable and no stale results ship)."""
 
 from __future__ import annotations
 
+import csv
 import re
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import CONFIGS, ROOT
+from conftest import CONFIGS, ROOT, TINY_SHAKESPEARE
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -57,3 +58,43 @@ def test_quickstart_trains_loads_the_best_checkpoint_and_plots(tmp_path, monkeyp
     text = "".join(output.get("text", "") for output in outputs)
     accuracy = float(re.search(r"test accuracy of the best checkpoint: ([\d.]+)", text).group(1))
     assert accuracy > 0.5  # the trained weights came back, not a fresh network's chance level
+
+
+# A GPT small enough to learn something in 30 steps on CPU, validated every 10 of them on a few batches.
+TINY_GPT = [
+    "--model.init_args.net.init_args.n_layer=1",
+    "--model.init_args.net.init_args.n_head=2",
+    "--model.init_args.net.init_args.n_embd=32",
+    "--model.init_args.net.init_args.block_size=32",
+    "--model.init_args.scheduler.init_args.warmup_steps=5",
+    "--model.init_args.optimizer.init_args.lr=0.01",
+    "--model.init_args.num_samples=0",
+    "--trainer.val_check_interval=10",
+    "--trainer.limit_val_batches=5",
+    "--trainer.limit_test_batches=5",
+    "--trainer.log_every_n_steps=5",
+]
+
+
+@pytest.mark.slow
+def test_language_model_notebook_trains_generates_and_plots(tmp_path, monkeypatch):
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    shutil.copytree(CONFIGS, tmp_path / "configs")
+    parameters = (
+        f"STEPS = 30\nCORPUS = {str(TINY_SHAKESPEARE)!r}\nFLAGS = {TINY_GPT!r}\nROOT = {str(tmp_path)!r}"
+    )
+    notebook = execute(ROOT / "notebooks" / "language_model.ipynb", parameters, tmp_path)
+
+    run = tmp_path / "runs" / "shakespeare_char_cpu" / "version_0"
+    assert (run / "loss.png").read_bytes().startswith(b"\x89PNG")
+    outputs = [output for cell in notebook.cells for output in cell.get("outputs", [])]
+    assert sum("image/png" in output.get("data", {}) for output in outputs) == 1
+    sample = (run / "sample.txt").read_text(encoding="utf-8")
+    assert sample.startswith("ROMEO:") and len(sample) > len("ROMEO:")
+    assert set(sample) <= set(TINY_SHAKESPEARE.read_text(encoding="utf-8"))
+    assert sample in "".join(output.get("text", "") for output in outputs)
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    for name in ("train/loss", "val/loss"):
+        losses = [float(row[name]) for row in rows if row.get(name)]
+        assert len(losses) >= 3 and losses[-1] < losses[0], (name, losses)

@@ -99,7 +99,7 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize(
     ("task", "kill_at", "where"),
     [
-        ("image", 16, "mid-epoch: checkpoint at step 12, killed 4 steps later"),
+        ("image", 16, "mid-epoch, killed 4 steps after the step-12 checkpoint, last.ckpt truncated"),
         ("image", 21, "epoch boundary"),
         ("text", 16, "mid-epoch, after a validation with sampling at step 10"),
     ],
@@ -107,8 +107,17 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
 def test_killed_run_resumes_bit_identical(task, kill_at, where, uninterrupted, tmp_path):
     killed = run_fit(tmp_path, kill_at=kill_at, task=task)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    checkpoints = tmp_path / "runs" / TASKS[task][1] / "version_0" / "checkpoints"
+    if (task, kill_at) == ("image", 16):
+        # What a save interrupted without atomic writes leaves: resume falls back to the step checkpoint.
+        last = checkpoints / "last.ckpt"
+        last.write_bytes(last.read_bytes()[:1000])
+        os.utime(last)
     resumed = run_fit(tmp_path, "--ckpt_path=last", task=task)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    if (task, kill_at) == ("image", 16):
+        assert "Skipping unreadable checkpoint" in resumed.stderr and "last.ckpt" in resumed.stderr
+        assert "step0012.ckpt" in resumed.stderr + resumed.stdout
 
     runs = list((tmp_path / "runs" / TASKS[task][1]).iterdir())
     assert [r.name for r in runs] == ["version_0"], "the resumed run continues in its own directory"
@@ -118,20 +127,6 @@ def test_killed_run_resumes_bit_identical(task, kill_at, where, uninterrupted, t
     for key in expected:
         assert torch.equal(expected[key], got[key]), f"{where}: {key} differs"
     assert metric_rows(runs[0]) == metric_rows(reference), "logged steps duplicated or missing"
-
-
-@pytest.mark.slow
-def test_resume_skips_a_truncated_checkpoint_with_a_warning(tmp_path):
-    killed = run_fit(tmp_path, kill_at=16)
-    assert killed.returncode == -signal.SIGKILL
-    checkpoints = tmp_path / "runs" / "digits" / "version_0" / "checkpoints"
-    last = checkpoints / "last.ckpt"
-    last.write_bytes(last.read_bytes()[:1000])  # what a save interrupted without atomic writes leaves
-    os.utime(last)
-    resumed = run_fit(tmp_path, "--ckpt_path=last", "--trainer.max_epochs=1")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Skipping unreadable checkpoint" in resumed.stderr and "last.ckpt" in resumed.stderr
-    assert "step0012.ckpt" in resumed.stderr + resumed.stdout
 
 
 def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):

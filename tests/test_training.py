@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from conftest import config
+from conftest import TINY_SHAKESPEARE, config
 from proj.cli import main
-from proj.models import ImageClassifier
-from proj.nets import ConvNet
+from proj.models import ImageClassifier, LanguageModel
+from proj.nets import GPT, ConvNet
 
 
 @pytest.mark.slow
@@ -56,3 +58,19 @@ def test_compiled_network_trains_and_keeps_checkpoint_keys(workdir):
     plain = ImageClassifier(ConvNet(10, (1, 8, 8)), num_classes=10).state_dict()
     assert saved.keys() == plain.keys()
     assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+
+
+@pytest.mark.slow
+def test_compiled_gpt_trains_and_keeps_checkpoint_keys(workdir):
+    net = "--model.init_args.net.init_args."
+    tiny = (f"{net}n_layer=1", f"{net}n_head=2", f"{net}n_embd=32", f"{net}block_size=32",
+            "--model.init_args.optimizer.init_args.lr=0.01", "--model.init_args.num_samples=0",
+            "--model.init_args.scheduler.init_args.warmup_steps=2")  # fmt: skip
+    run = ("--trainer.max_steps=30", "--trainer.val_check_interval=30", "--trainer.limit_val_batches=4",
+           "--test_after_fit=false", "--trainer.enable_progress_bar=false")  # fmt: skip
+    text = ("--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={TINY_SHAKESPEARE}")
+    cli = main(["fit", *text, *tiny, *run, "--model.init_args.compile=true"])
+    saved = torch.load(cli.trainer.checkpoint_callback.last_model_path, weights_only=True)["state_dict"]
+    plain = LanguageModel(GPT(65, block_size=32, n_layer=1, n_head=2, n_embd=32), vocab=cli.model.vocab)
+    assert saved.keys() == plain.state_dict().keys()
+    assert cli.trainer.callback_metrics["val/loss"] < math.log(65) - 0.5, "the compiled network learned"

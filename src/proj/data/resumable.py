@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -78,8 +79,18 @@ class ResumableDataModule(LightningDataModule):
         }
 
     def loader(self, split: str) -> DataLoader:
-        """The loader of an evaluation split, in order."""
-        return DataLoader(self.splits[split], batch_size=self.batch_size, **self.loader_kwargs())
+        """The loader of an evaluation split, in order.
+
+        Under DDP each rank takes every ``world_size``-th sample and no more: Lightning's default
+        ``DistributedSampler`` would pad the shards with repeated samples, which the metrics would
+        then count twice.
+        """
+        dataset, sampler, trainer = self.splits[split], None, self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            sampler = UnrepeatedDistributedSampler(
+                dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+            )
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **self.loader_kwargs())
 
     def train_loader(self, dataset: Sized, epoch_size: int | None = None) -> DataLoader:
         trainer = self.trainer

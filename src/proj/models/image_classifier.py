@@ -8,7 +8,8 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from matplotlib.figure import Figure
 from torch import nn
-from torchmetrics import MaxMetric, MetricCollection
+from torch.nn import functional as F
+from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
 from proj.media import log_picture, takes_pictures
@@ -52,7 +53,7 @@ class ImageClassifier(TaskModule):
         # the command line, so it stays out: `test --model.init_args.log_pictures=false` works.
         self.remove_ignored_hparams(["log_pictures"])
         self.log_pictures = log_pictures
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.label_smoothing = label_smoothing
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),
@@ -63,6 +64,10 @@ class ImageClassifier(TaskModule):
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.val_acc_best = MaxMetric()
+        # Per-sample losses averaged over the whole split, so a short last batch or an uneven DDP
+        # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
+        self.val_loss = MeanMetric(nan_strategy="disable")
+        self.test_loss = MeanMetric(nan_strategy="disable")
         self.val_confusion = MulticlassConfusionMatrix(num_classes)
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self._pictures = False
@@ -78,7 +83,7 @@ class ImageClassifier(TaskModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
-        loss = self.criterion(logits, y)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         self.train_metrics.update(logits.detach(), y)
         self.log("train/loss", loss, prog_bar=True)
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
@@ -88,7 +93,7 @@ class ImageClassifier(TaskModule):
         self._start_pictures()
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_metrics, self.val_confusion)
+        self._evaluate(batch, "val", self.val_metrics, self.val_loss, self.val_confusion)
 
     def on_validation_epoch_end(self) -> None:
         self.val_acc_best(self.val_metrics["acc"].compute())
@@ -99,7 +104,7 @@ class ImageClassifier(TaskModule):
         self._start_pictures()
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics, self.test_confusion)
+        self._evaluate(batch, "test", self.test_metrics, self.test_loss, self.test_confusion)
 
     def on_test_epoch_end(self) -> None:
         self._log_pictures("test", self.test_confusion)
@@ -114,13 +119,16 @@ class ImageClassifier(TaskModule):
         batch: tuple[torch.Tensor, torch.Tensor],
         stage: str,
         metrics: MetricCollection,
+        loss: MeanMetric,
         confusion: MulticlassConfusionMatrix,
     ) -> None:
         x, y = batch
         logits = self(x)
-        # Synced so every DDP rank agrees on the monitored value (and so on the best checkpoint).
-        self.log(f"{stage}/loss", self.criterion(logits, y), prog_bar=True, sync_dist=True)
+        loss.update(F.cross_entropy(logits, y, reduction="none", label_smoothing=self.label_smoothing))
         metrics.update(logits, y)
+        # Metric objects are computed over the whole split and synced across DDP ranks, so every
+        # rank agrees on the monitored value (and so on the best checkpoint).
+        self.log(f"{stage}/loss", loss, prog_bar=True)
         self.log_dict(metrics, prog_bar=True)
         if self._pictures:
             preds = logits.argmax(dim=-1)

@@ -5,7 +5,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
@@ -114,6 +114,25 @@ class LanguageModel(TaskModule):
         if self.is_logging_step():
             self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def setup(self, stage: str) -> None:
+        # A model loaded from a checkpoint knows its characters; the data must encode the same ones.
+        self.check_same_vocab(getattr(self.trainer.datamodule, "vocab", None), "the data")
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Under the CLI the vocabulary is linked from the data, so --ckpt_path on another text
+        # shows only here.
+        self.check_same_vocab(checkpoint.get("hyper_parameters", {}).get("vocab"), "the checkpoint")
+
+    def check_same_vocab(self, other: object, where: str) -> None:
+        if not isinstance(other, str) or other == self.vocab:
+            return
+        checkpoint, data = (other, self.vocab) if where == "the checkpoint" else (self.vocab, other)
+        raise ValueError(
+            f"The checkpoint's vocabulary differs from the data's ({vocab_difference(checkpoint, data)}): "
+            "a checkpoint only works on the characters it was trained on. Point data.init_args.path at "
+            "the text the checkpoint was trained on, or train on this text without --ckpt_path."
+        )
 
     def on_train_batch_start(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         # Wall time between logging steps, so no step waits for the device to finish its work.
@@ -224,14 +243,9 @@ class LanguageModel(TaskModule):
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         theirs = checkpoint.get("hyper_parameters", {}).get("vocab")
         if theirs != self.vocab:
-            detail = "it stores none"
-            if isinstance(theirs, str):
-                extra = sorted(set(theirs) - set(self.vocab))
-                missing = sorted(set(self.vocab) - set(theirs))
-                detail = f"{len(theirs)} characters against {len(self.vocab)}; only in the checkpoint: "
-                detail += f"{''.join(extra)!r}, only in the data: {''.join(missing)!r}"
             raise ValueError(
-                f"model.init_from: the vocabulary of '{path}' differs from the data's ({detail}). "
+                f"model.init_from: the vocabulary of '{path}' differs from the data's "
+                f"({vocab_difference(theirs, self.vocab)}). "
                 "Fine-tune on the text the checkpoint was trained on (the same characters), or "
                 "train from scratch without init_from."
             )
@@ -259,3 +273,15 @@ def peak_memory_mb(device: torch.device) -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
+
+
+def vocab_difference(theirs: object, ours: str) -> str:
+    """How a checkpoint's vocabulary (``theirs``) differs from the data's, for error messages."""
+    if not isinstance(theirs, str):
+        return "the checkpoint stores none"
+    extra = "".join(sorted(set(theirs) - set(ours)))
+    missing = "".join(sorted(set(ours) - set(theirs)))
+    return (
+        f"{len(theirs)} characters against {len(ours)}; only in the checkpoint: {extra!r}, "
+        f"only in the data: {missing!r}"
+    )

@@ -1,0 +1,29 @@
+"""Callbacks that record what happens inside a real training process, for tests to compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+
+class SaveGradients(Callback):
+    """Writes each rank's weights before training and its gradients as the first optimizer step
+    applies them (after DDP's all-reduce, before clipping) to ``folder/rank<r>.pt``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.weights = {name: p.detach().clone() for name, p in pl_module.named_parameters()}
+
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if trainer.global_step > 0:
+            return
+        grads = {name: p.grad.detach().clone() for name, p in pl_module.named_parameters()}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"weights": self.weights, "grads": grads}, self.folder / f"rank{trainer.global_rank}.pt")

@@ -1,0 +1,208 @@
+"""Data-parallel training as real separate processes on CPU (gloo): the run directory, synced
+metrics, gradients equal to one big batch, exact resume after a kill, and a two-node torchrun job."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, config
+from proj.cli import main
+
+TESTS = Path(__file__).parent
+DDP = ("--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2")
+# A validation split of 187 and a test split of 359 samples: odd, so shards are uneven and a
+# sampler that pads them would count a sample twice. 1,251 training samples: 10 batches of 64 per rank.
+ODD_SPLITS = ("--data.init_args.val_fraction=0.13",)
+QUICK = ("--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", *ODD_SPLITS)
+STEPS_PER_EPOCH = 10
+PERIODIC = """
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: 4
+        save_last: true
+        filename: "step{step:04d}"
+        auto_insert_metric_name: false
+"""
+KILL = """
+    - class_path: faults.KillAtStep
+      init_args:
+        step: {step}
+        group: true
+"""
+
+PROBE = """
+trainer:
+  callbacks+:
+    - class_path: probes.SaveGradients
+      init_args:
+        folder: {}
+"""
+
+
+def ddp_fit(
+    workdir: Path, *extra: str, overlay: str = PERIODIC, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    (workdir / "overlay.yaml").write_text(overlay)
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), *DDP,
+               "--config", str(workdir / "overlay.yaml"), *QUICK, *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    # A session of its own: a kill of the process group reaches the ranks and nothing else.
+    return subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True
+    )
+
+
+def last_logged(run: Path, *names: str) -> dict[str, float]:
+    """The last value metrics.csv holds for each name."""
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {name: float([row[name] for row in rows if row.get(name)][-1]) for name in names}
+
+
+def states_equal(a: Path, b: Path) -> None:
+    expected = torch.load(a, weights_only=True)["state_dict"]
+    got = torch.load(b, weights_only=True)["state_dict"]
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), f"{key} differs"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """A 2-rank run of two epochs, never interrupted, ending with a test of its best checkpoint."""
+    workdir = tmp_path_factory.mktemp("ddp-reference")
+    result = ddp_fit(workdir, "--test_after_fit=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+@pytest.mark.slow
+def test_one_run_directory_one_config_checkpoints_written_once(reference):
+    runs = reference / "runs" / "digits"
+    assert [p.name for p in runs.iterdir()] == ["version_0"], "both ranks share one run directory"
+    run = runs / "version_0"
+    assert (run / "config.yaml").is_file()
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoints",
+        "config.yaml",
+        "hparams.yaml",
+        "metrics.csv",
+    ]
+    checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert "last.ckpt" in checkpoints and not any(".tmp" in name for name in checkpoints)
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 2 * STEPS_PER_EPOCH, "each rank trained on its half of every batch"
+    with open(run / "metrics.csv", newline="") as f:
+        steps = [row["step"] for row in csv.DictReader(f) if row.get("train/loss")]
+    assert len(steps) == len(set(steps)), "only rank 0 logs"
+
+
+@pytest.mark.slow
+def test_ddp_metrics_equal_a_single_process_evaluation_of_the_same_checkpoint(reference, workdir):
+    run = reference / "runs" / "digits" / "version_0"
+    logged = last_logged(run, "val/loss", "val/acc", "test/loss", "test/acc")
+    # The last validation ran on the final weights, which last.ckpt holds; test_after_fit tested the best.
+    checkpoints = run / "checkpoints"
+    best = next(p for p in checkpoints.iterdir() if not p.name.startswith(("last", "step")))
+    single = ("--config", config("digits.yaml"), *ODD_SPLITS, "--trainer.enable_progress_bar=false")
+    validated = main(["validate", *single, f"--ckpt_path={checkpoints / 'last.ckpt'}"])
+    assert len(validated.datamodule.splits["val"]) == 187
+    tested = main(["test", *single, f"--ckpt_path={best}"])
+    assert len(tested.datamodule.splits["test"]) == 359
+    metrics = {**validated.trainer.callback_metrics, **tested.trainer.callback_metrics}
+    for name, value in logged.items():
+        assert metrics[name].item() == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+@pytest.mark.slow
+def test_one_ddp_step_has_the_gradients_of_one_step_on_the_concatenated_batch(workdir):
+    # No dropout, augmentation or BatchNorm: the two processes' batches then make exactly one big batch.
+    exact = ("--model.init_args.net=proj.nets.MLP", "--model.init_args.net.init_args.dropout=0.0",
+             "--data.init_args.augment=false", "--trainer.max_steps=1", "--test_after_fit=false")  # fmt: skip
+    probe = PROBE
+    result = ddp_fit(workdir, *exact, overlay=probe.format(workdir / "ddp"))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    sys.path.insert(0, str(TESTS))
+    (workdir / "single.yaml").write_text(probe.format(workdir / "single"))
+    main(["fit", "--config", config("digits.yaml"), "--config", str(workdir / "single.yaml"), *QUICK, *exact,
+          "--data.init_args.batch_size=128"])  # fmt: skip
+
+    single = torch.load(workdir / "single" / "rank0.pt", weights_only=True)
+    ranks = [torch.load(workdir / "ddp" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    for name, grad in single["grads"].items():
+        assert torch.equal(ranks[0]["grads"][name], ranks[1]["grads"][name]), f"{name}: ranks disagree"
+        for rank in ranks:
+            assert torch.equal(rank["weights"][name], single["weights"][name]), f"{name}: different start"
+            torch.testing.assert_close(rank["grads"][name], grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.slow
+def test_ddp_run_killed_mid_epoch_resumes_bit_identical_on_every_rank(reference, workdir):
+    kill_at = STEPS_PER_EPOCH + 5  # epoch 1, batch 5; the newest checkpoint is from step 12
+    killed = ddp_fit(workdir, "--test_after_fit=false", overlay=PERIODIC + KILL.format(step=kill_at))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    saved = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert saved["global_step"] == 12
+
+    resumed = ddp_fit(workdir, "--test_after_fit=false", "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [p.name for p in (workdir / "runs" / "digits").iterdir()] == ["version_0"]
+    states_equal(
+        reference / "runs/digits/version_0/checkpoints/last.ckpt",
+        workdir / "runs/digits/version_0/checkpoints/last.ckpt",
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_train_as_one_job(workdir):
+    """scripts/torchrun.sh launched twice as on two machines (here both on 127.0.0.1, sharing the run
+    folder as a cluster's shared file system would), one process each."""
+    fit = ["--trainer.accelerator=cpu", "--trainer.devices=1", "--trainer.max_epochs=1",
+           "--trainer.enable_progress_bar=false", "--test_after_fit=false", *ODD_SPLITS]  # fmt: skip
+    cluster = {
+        "NNODES": "2",
+        "NPROC_PER_NODE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    nodes = [
+        subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "torchrun.sh"), config("digits.yaml"), *fit],
+            cwd=workdir,
+            env={**os.environ, **cluster, "NODE_RANK": str(rank), "PYTHON": sys.executable},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = []
+    try:
+        outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                os.killpg(node.pid, signal.SIGKILL)
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(out[-3000:] for out in outputs)
+    assert "Starting with 2 processes" in outputs[0]
+    last = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == STEPS_PER_EPOCH, "each node trained on half of the epoch"
