@@ -24,6 +24,7 @@ from lightning.pytorch.cli import (
     LightningCLI,
     SaveConfigCallback,
 )
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -45,7 +46,8 @@ def run_directory(trainer: Trainer) -> str:
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Saves the resolved config as ``config.yaml`` in the run directory, once per run.
+    """Saves the resolved config as ``config.yaml`` in the run directory, once per run, and hands it
+    to W&B when the run logs there.
 
     Lightning's own callback writes to ``trainer.log_dir``, which for W&B is the shared ``save_dir``:
     a second run there collides with the first. The run directory is decided on rank 0 and
@@ -58,10 +60,29 @@ class RunConfigSaver(SaveConfigCallback):
         run_dir = trainer.strategy.broadcast(run_directory(trainer))
         path = Path(run_dir) / self.config_filename
         # A resumed run continues in its own directory: the config that started it stays.
-        if trainer.is_global_zero and not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
+        if trainer.is_global_zero:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
+            for logger in trainer.loggers:
+                if isinstance(logger, WandbLogger):
+                    upload_config(logger, path)
         self.already_saved = True
+
+
+def upload_config(logger: WandbLogger, path: Path) -> None:
+    """The run's config in W&B twice: as the run's config (each key searchable and comparable across
+    runs) and as the file itself, ``run_config.yaml``, which ``fit --config`` repeats the run from.
+
+    W&B keeps its own ``config.yaml`` among the run's files, hence the other name. Resumed, the
+    W&B run receives the config that started it, as the run directory holds it.
+    """
+    text = path.read_text()
+    run = logger.experiment
+    run.config.update(yaml.safe_load(text), allow_val_change=True)
+    copy = Path(run.dir) / "run_config.yaml"
+    copy.write_text(text)
+    run.save(str(copy), base_path=run.dir, policy="now")
 
 
 class ProjCLI(LightningCLI):
@@ -136,14 +157,36 @@ class ProjCLI(LightningCLI):
 
 
 def experiment_dir(config) -> Path | None:
-    """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run."""
+    """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run.
+
+    For W&B that is ``<save_dir>/<project>`` (its ``name`` titles a run), shared by every
+    experiment logging to the project.
+    """
     logger = config.trainer.get("logger")
     init_args = logger.get("init_args") if hasattr(logger, "get") else None
     if init_args is None:
         return None
     save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
+    if is_wandb(config):
+        project = init_args.get("project") or os.environ.get("WANDB_PROJECT", "lightning_logs")
+        return Path(save_dir) / project
     name = init_args.get("name") or init_args.get("project") or "lightning_logs"
     return Path(save_dir) / str(name)
+
+
+def is_wandb(config) -> bool:
+    logger = config.trainer.get("logger")
+    class_path = logger.get("class_path") if hasattr(logger, "get") else None
+    return bool(class_path) and issubclass(_import(class_path), WandbLogger)
+
+
+def same_experiment(run: Path, name: str | None) -> bool:
+    """Whether a W&B run directory belongs to the experiment ``name``, by the config it saved."""
+    try:
+        saved = yaml.safe_load((run / "config.yaml").read_text())
+        return saved["trainer"]["logger"]["init_args"].get("name") == name
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def loadable(path: Path) -> bool:
@@ -158,7 +201,8 @@ def loadable(path: Path) -> bool:
 def resume_into_run(config, parser: LightningArgumentParser) -> None:
     """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment
     (``auto``: the same, or a fresh start when there is none, for job scripts that requeue), and
-    make any resumed checkpoint continue logging into its own run directory.
+    make any resumed checkpoint continue logging into its own run directory (for W&B: the same W&B
+    run, whose id is the directory's name).
 
     Lightning's own ``last`` looks only in the new run's empty folder and then silently trains from
     scratch. Here every ``<experiment>/<version>/checkpoints/*.ckpt`` is a candidate, newest first;
@@ -170,6 +214,9 @@ def resume_into_run(config, parser: LightningArgumentParser) -> None:
         return
     if ckpt_path in ("last", "auto"):
         candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+        if is_wandb(config):
+            name = config.trainer.logger.init_args.get("name")
+            candidates = [p for p in candidates if same_experiment(p.parent.parent, name)]
         found = next((p for p in candidates if loadable(p)), None)
         if found is None and ckpt_path == "auto":
             config.ckpt_path = None
@@ -184,7 +231,8 @@ def resume_into_run(config, parser: LightningArgumentParser) -> None:
     run = Path(ckpt_path).resolve().parent.parent
     if Path(ckpt_path).parent.name == "checkpoints" and run.parent == root.resolve():
         version = run.name.removeprefix("version_")
-        config.trainer.logger.init_args.version = int(version) if version.isdigit() else run.name
+        numbered = version.isdigit() and not is_wandb(config)  # a W&B run id may be all digits
+        config.trainer.logger.init_args.version = int(version) if numbered else run.name
 
 
 def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:

@@ -3,5 +3,14 @@
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
+from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
 
-__all__ = ["DivergenceError", "ExactResume", "Preempted", "Preemption", "StopOnDivergence"]
+__all__ = [
+    "BatchSizeFinder",
+    "DivergenceError",
+    "ExactResume",
+    "LearningRateFinder",
+    "Preempted",
+    "Preemption",
+    "StopOnDivergence",
+]

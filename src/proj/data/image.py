@@ -19,16 +19,18 @@ Split = tuple[torch.Tensor, torch.Tensor]
 class ImageDataModule(ResumableDataModule):
     """Shared loading, splitting and batching for image data modules.
 
-    A subclass states its facts (``num_classes``, ``input_shape``, normalisation ``mean``/``std``,
-    pixel ``scale``, which augmentations suit it) and implements ``load(train)`` returning uint8
-    ``(N, C, H, W)`` images with int64 labels; downloads belong in ``prepare_data``, which Lightning
-    runs on one process per node only. The validation split is cut from the training set with
-    ``split_seed``, so it never changes with the training seed. Batches travel as stored (uint8) and
-    are scaled, augmented (training only) and normalised on the device after transfer, drawing from
-    the global RNG in step order, so a resumed run repeats the augmentation exactly.
+    A subclass states its facts (``num_classes`` and their names, ``classes``; ``input_shape``;
+    normalisation ``mean``/``std``; pixel ``scale``; which augmentations suit it) and implements
+    ``load(train)`` returning uint8 ``(N, C, H, W)`` images with int64 labels; downloads belong in
+    ``prepare_data``, which Lightning runs on one process per node only. The validation split is
+    cut from the training set with ``split_seed``, so it never changes with the training seed.
+    Batches travel as stored (uint8) and are scaled, augmented (training only) and normalised on
+    the device after transfer, drawing from the global RNG in step order, so a resumed run repeats
+    the augmentation exactly; ``to_pixels`` undoes the normalisation for display.
     """
 
     num_classes: int
+    classes: tuple[str, ...]
     input_shape: tuple[int, int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -103,9 +105,18 @@ class ImageDataModule(ResumableDataModule):
         if self.augment and self.trainer is not None and self.trainer.training:
             x = random_translate(x, self.augment_pad) if self.augment_pad else x
             x = random_hflip(x) if self.augment_flip else x
+        mean, std = self._mean_std(x)
+        return (x - mean) / std, labels
+
+    def to_pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """Undo the normalisation: intensities in [0, 1], the images as a person sees them."""
+        mean, std = self._mean_std(x)
+        return (x * std + mean).clamp(0.0, 1.0)
+
+    def _mean_std(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
         std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
-        return (x - mean) / std, labels
+        return mean, std
 
 
 class DigitsDataModule(ImageDataModule):
@@ -116,6 +127,7 @@ class DigitsDataModule(ImageDataModule):
     """
 
     num_classes = 10
+    classes = tuple("0123456789")
     input_shape = (1, 8, 8)
     mean = (0.3,)
     std = (0.38,)
@@ -184,6 +196,7 @@ class MNISTDataModule(_TorchvisionDataModule):
     dataset_class = datasets.MNIST
     files_hint = "the four IDX files (train-images-idx3-ubyte, …) under MNIST/raw/"
     num_classes = 10
+    classes = tuple("0123456789")
     input_shape = (1, 28, 28)
     mean = (0.1307,)
     std = (0.3081,)
@@ -199,6 +212,7 @@ class FashionMNISTDataModule(MNISTDataModule):
 
     dataset_class = datasets.FashionMNIST
     files_hint = "the four IDX files (train-images-idx3-ubyte, …) under FashionMNIST/raw/"
+    classes = tuple(datasets.FashionMNIST.classes)
     mean = (0.2860,)
     std = (0.3530,)
     augment_flip = True
@@ -210,6 +224,7 @@ class CIFAR10DataModule(_TorchvisionDataModule):
     dataset_class = datasets.CIFAR10
     files_hint = "the extracted cifar-10-batches-py/ folder (data_batch_1…5, test_batch, batches.meta)"
     num_classes = 10
+    classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
     input_shape = (3, 32, 32)
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)

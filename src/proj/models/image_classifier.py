@@ -1,16 +1,22 @@
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from matplotlib.figure import Figure
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
-from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
+from proj.media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
+
+MISCLASSIFIED_SHOWN = 32
 
 
 class ImageClassifier(TaskModule):
@@ -19,6 +25,12 @@ class ImageClassifier(TaskModule):
     Metric names follow ``<stage>/<metric>`` (``train/loss``, ``val/acc``, ``test/f1``) plus
     ``val/acc_best``, the best validation accuracy so far, which checkpointing can monitor.
     ``num_classes`` is linked from the data module by the CLI.
+
+    With ``log_pictures``, each validation and test ends with two pictures for the loggers that show
+    them (TensorBoard, W&B): ``<stage>/confusion_matrix``, counted over every process, and
+    ``<stage>/misclassified``, a grid of up to 32 misclassified images with their true and predicted
+    classes, drawn from rank 0's share. Class names and un-normalised pixels come from the data
+    module (``classes``, ``to_pixels``) when it has them. Training steps are untouched.
     """
 
     data_facts = ("num_classes", "input_shape")
@@ -33,9 +45,14 @@ class ImageClassifier(TaskModule):
         scheduler_monitor: str = "val/loss",
         label_smoothing: float = 0.0,
         compile: bool = False,
+        log_pictures: bool = True,
     ) -> None:
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         self.save_plain_hyperparameters()
+        # What to show is no property of the weights, and a checkpoint's hyperparameters override
+        # the command line, so it stays out: `test --model.init_args.log_pictures=false` works.
+        self.remove_ignored_hparams(["log_pictures"])
+        self.log_pictures = log_pictures
         self.label_smoothing = label_smoothing
         metrics = MetricCollection(
             {
@@ -51,6 +68,10 @@ class ImageClassifier(TaskModule):
         # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
+        self.val_confusion = MulticlassConfusionMatrix(num_classes)
+        self.test_confusion = MulticlassConfusionMatrix(num_classes)
+        self._pictures = False
+        self._misclassified: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -68,15 +89,25 @@ class ImageClassifier(TaskModule):
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        self._start_pictures()
+
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "val", self.val_metrics, self.val_loss)
+        self._evaluate(batch, "val", self.val_metrics, self.val_loss, self.val_confusion)
 
     def on_validation_epoch_end(self) -> None:
         self.val_acc_best(self.val_metrics["acc"].compute())
         self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+        self._log_pictures("val", self.val_confusion)
+
+    def on_test_epoch_start(self) -> None:
+        self._start_pictures()
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, "test", self.test_metrics, self.test_loss)
+        self._evaluate(batch, "test", self.test_metrics, self.test_loss, self.test_confusion)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_pictures("test", self.test_confusion)
 
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
@@ -89,6 +120,7 @@ class ImageClassifier(TaskModule):
         stage: str,
         metrics: MetricCollection,
         loss: MeanMetric,
+        confusion: MulticlassConfusionMatrix,
     ) -> None:
         x, y = batch
         logits = self(x)
@@ -98,3 +130,66 @@ class ImageClassifier(TaskModule):
         # rank agrees on the monitored value (and so on the best checkpoint).
         self.log(f"{stage}/loss", loss, prog_bar=True)
         self.log_dict(metrics, prog_bar=True)
+        if self._pictures:
+            preds = logits.argmax(dim=-1)
+            confusion.update(preds, y)
+            self._keep_misclassified(x, y, preds)
+
+    def _start_pictures(self) -> None:
+        # The same on every rank (the loggers are), as the confusion matrix's sync needs.
+        trainer = self.trainer
+        self._pictures = self.log_pictures and not trainer.sanity_checking and takes_pictures(self.loggers)
+        self._misclassified = []
+
+    def _keep_misclassified(self, x: torch.Tensor, y: torch.Tensor, preds: torch.Tensor) -> None:
+        # Costs a device sync per batch, on rank 0 only, and only until the grid is full.
+        room = MISCLASSIFIED_SHOWN - sum(len(kept[0]) for kept in self._misclassified)
+        if room <= 0 or not self.trainer.is_global_zero:
+            return
+        wrong = (preds != y).nonzero().squeeze(1)[:room]
+        if len(wrong):
+            self._misclassified.append((x[wrong].cpu(), y[wrong].cpu(), preds[wrong].cpu()))
+
+    def _log_pictures(self, stage: str, confusion: MulticlassConfusionMatrix) -> None:
+        if not self._pictures:
+            return
+        matrix = confusion.compute()  # every rank takes part: the counts are summed over processes
+        confusion.reset()
+        if not self.trainer.is_global_zero:
+            return
+        datamodule = self.trainer.datamodule
+        classes = list(getattr(datamodule, "classes", None) or range(self.hparams.num_classes))
+        figure = Figure(figsize=(6, 6), layout="constrained")
+        confusion.plot(matrix, ax=figure.subplots(), labels=classes)
+        log_picture(self.loggers, f"{stage}/confusion_matrix", figure, self.global_step)
+        if self._misclassified:
+            x, y, preds = (torch.cat(parts) for parts in zip(*self._misclassified, strict=True))
+            to_pixels = getattr(datamodule, "to_pixels", None) or min_max
+            figure = misclassified_figure(to_pixels(x), y, preds, classes)
+            log_picture(self.loggers, f"{stage}/misclassified", figure, self.global_step)
+        self._misclassified = []
+
+
+def misclassified_figure(
+    images: torch.Tensor, labels: torch.Tensor, preds: torch.Tensor, classes: Sequence[Any]
+) -> Figure:
+    """A grid of images in [0, 1], (N, C, H, W), each titled with its true and predicted class."""
+    cols = min(8, len(images))
+    rows = math.ceil(len(images) / cols)
+    figure = Figure(figsize=(1.5 * cols, 1.7 * rows), layout="constrained")
+    axes = figure.subplots(rows, cols, squeeze=False).flat
+    for ax, image, label, pred in zip(axes, images, labels, preds, strict=False):
+        grey = image.shape[0] == 1
+        shown = image[0] if grey else image.permute(1, 2, 0)
+        ax.imshow(shown.numpy(), cmap="gray" if grey else None, vmin=0, vmax=1)
+        ax.set_title(f"true {classes[label]}\npred {classes[pred]}", fontsize=8)
+    for ax in figure.axes:
+        ax.set_axis_off()
+    return figure
+
+
+def min_max(x: torch.Tensor) -> torch.Tensor:
+    """Each image stretched to [0, 1]: the view of images whose normalisation is unknown."""
+    low = x.amin(dim=(1, 2, 3), keepdim=True)
+    high = x.amax(dim=(1, 2, 3), keepdim=True)
+    return (x - low) / (high - low).clamp_min(1e-12)

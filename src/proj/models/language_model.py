@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MeanMetric
 
 from proj.data.text import CharTokenizer
+from proj.media import log_texts
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
 
@@ -230,18 +230,7 @@ class LanguageModel(TaskModule):
                 self.generate(self.sample_prompt, self.sample_tokens, self.temperature, self.top_k)
                 for _ in range(self.num_samples)
             ]
-        step = self.global_step
-        for logger in self.loggers or [None]:
-            if isinstance(logger, TensorBoardLogger):
-                for i, text in enumerate(texts):
-                    logger.experiment.add_text(f"samples/{i}", f"```\n{text}\n```", global_step=step)
-            elif isinstance(logger, WandbLogger):
-                logger.log_text("samples", columns=["step", "text"], data=[[step, t] for t in texts])
-            else:
-                folder = Path(getattr(logger, "log_dir", None) or self.trainer.default_root_dir)
-                folder.mkdir(parents=True, exist_ok=True)
-                with open(folder / "samples.txt", "a", encoding="utf-8") as f:
-                    f.writelines(f"--- step {step}, sample {i} ---\n{t}\n\n" for i, t in enumerate(texts))
+        log_texts(self.loggers, "samples", texts, self.global_step, self.trainer.default_root_dir)
 
     def load_weights(self, path: str) -> None:
         """Start from another run's weights, refusing one trained on different characters: its

@@ -38,6 +38,8 @@ class TaskModule(LightningModule):
         self.scheduler = scheduler
         self.scheduler_interval = scheduler_interval
         self.scheduler_monitor = scheduler_monitor
+        self._lr: float | None = None
+        self._built_for: tuple[float, float | None] | None = None
         check_optimization(optimizer, scheduler)
         if compile:
             # In-place compile keeps the parameter names, so checkpoints load with or without it.
@@ -54,13 +56,37 @@ class TaskModule(LightningModule):
         self.save_hyperparameters(frame=inspect.currentframe().f_back)
         self.remove_ignored_hparams([k for k, v in self.hparams.items() if not _is_plain(v)])
 
+    @property
+    def lr(self) -> float:
+        """The learning rate the optimizer starts from (the schedule's peak).
+
+        Lightning's ``LearningRateFinder`` finds it by this name and sets it. The new value also
+        goes into the optimizer's hyperparameters, so a checkpoint records the rate the run trained
+        with and ``--ckpt_path`` or ``load_from_checkpoint`` rebuild the same optimizer.
+        """
+        if self._lr is not None:
+            return self._lr
+        return self.optimizer([torch.nn.Parameter(torch.zeros(1))]).param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = float(value)
+        saved = self.hparams.get("optimizer")
+        if isinstance(saved, dict) and isinstance(saved.get("init_args"), dict):
+            self.hparams["optimizer"] = {**saved, "init_args": {**saved["init_args"], "lr": self._lr}}
+
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer(param_groups(self))
+        groups = param_groups(self)
+        if self._lr is not None:
+            groups = [{**group, "lr": self._lr} for group in groups]
+        optimizer = self.optimizer(groups)
+        self._built_for = (self.lr, None)
         if self.scheduler is None:
             return optimizer
         scheduler = self.scheduler(optimizer)
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
             total = self.trainer.estimated_stepping_batches
+            self._built_for = (self.lr, total)
             if math.isfinite(total):
                 scheduler.total_steps = int(total)
         if isinstance(scheduler, ReduceLROnPlateau):
@@ -72,6 +98,16 @@ class TaskModule(LightningModule):
         else:
             config = {"scheduler": scheduler, "interval": self.scheduler_interval}
         return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def on_fit_start(self) -> None:
+        # Lightning's LearningRateFinder and BatchSizeFinder run in the callbacks' on_fit_start,
+        # after the optimizer and schedule were built: build them again with the rate and the
+        # number of steps they found. A resumed run's optimizer state is restored after this hook.
+        if self._built_for is None:
+            return
+        lr, total = self._built_for
+        if lr != self.lr or (total is not None and total != self.trainer.estimated_stepping_batches):
+            self.trainer.strategy.setup_optimizers(self.trainer)
 
     def is_logging_step(self) -> bool:
         """Whether the loggers receive what this optimizer step logs.

@@ -1,0 +1,98 @@
+"""The W&B overlay, offline: what the run records (config, checkpoints as artifacts, pictures),
+resuming into the same W&B run, and no secret written anywhere."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import wandb_log
+from conftest import config
+from proj.cli import main
+
+SECRET = "secret-key-that-must-not-be-written-0123456789"
+QUICK = (
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=1",
+    "--test_after_fit=false",
+    "--trainer.enable_progress_bar=false",
+)
+
+
+@pytest.fixture(scope="module")
+def wandb_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One epoch of digits logged to W&B with ``log_model``, then resumed for a second epoch with
+    ``--ckpt_path last`` while a newer checkpoint of another experiment sits in the same project."""
+    import wandb
+
+    folder = tmp_path_factory.mktemp("wandb")
+    args = ["fit", "--config", config("digits.yaml"), "--config", config("logger/wandb.yaml"), *QUICK]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setenv("WANDB_MODE", "offline")
+        patch.setenv("WANDB_API_KEY", SECRET)
+        main([*args, "--trainer.max_epochs=1", "--trainer.logger.init_args.log_model=true"])
+        wandb.finish()
+        [run] = (folder / "runs" / "proj").iterdir()
+        other = folder / "runs" / "proj" / "other01"
+        shutil.copytree(run, other)
+        saved = yaml.safe_load((other / "config.yaml").read_text())
+        saved["trainer"]["logger"]["init_args"]["name"] = "mnist"
+        (other / "config.yaml").write_text(yaml.safe_dump(saved))
+        (other / "checkpoints" / "last.ckpt").touch()  # the newest checkpoint in runs/proj
+        main([*args, "--trainer.max_epochs=2", "--ckpt_path=last"])
+        wandb.finish()
+        wandb.teardown()  # stops W&B's service process: finish() may return before it closes the files
+    return folder
+
+
+@pytest.mark.slow
+def test_resumed_training_continues_the_same_wandb_run(wandb_runs):
+    first, resumed = wandb_log.offline_runs(wandb_runs / "runs")
+    run_id = wandb_log.run_id(first)
+    assert wandb_log.run_id(resumed) == run_id
+    run = wandb_runs / "runs" / "proj" / run_id
+    assert sorted(p.name for p in run.parent.iterdir()) == sorted([run_id, "other01"])
+    assert "epoch001" in " ".join(p.name for p in (run / "checkpoints").iterdir())
+    assert not any("epoch001" in p.name for p in (run.parent / "other01" / "checkpoints").iterdir())
+
+
+@pytest.mark.slow
+def test_wandb_receives_the_run_config_as_values_and_as_the_file(wandb_runs):
+    [run_dir] = (wandb_runs / "runs" / "proj").glob("*/checkpoints/epoch001*")
+    text = (run_dir.parent.parent / "config.yaml").read_text()
+    saved = yaml.safe_load(text)
+    assert saved["trainer"]["logger"]["init_args"]["log_model"] is True
+    for run in wandb_log.offline_runs(wandb_runs / "runs"):
+        recorded = wandb_log.config(run)
+        assert {key: recorded[key] for key in saved} == saved
+        assert (run / "files" / "run_config.yaml").read_text() == text
+
+
+@pytest.mark.slow
+def test_log_model_uploads_the_best_and_last_checkpoints_as_an_artifact(wandb_runs):
+    first, resumed = wandb_log.offline_runs(wandb_runs / "runs")
+    artifacts = wandb_log.artifacts(first)
+    assert {a.name for a in artifacts} == {f"model-{wandb_log.run_id(first)}"}
+    assert {a.type for a in artifacts} == {"model"}
+    assert {alias for a in artifacts for alias in a.aliases} == {"best", "latest"}
+    assert all([entry.path for entry in a.manifest.contents] == ["model.ckpt"] for a in artifacts)
+    assert wandb_log.artifacts(resumed) == []  # log_model is off in the resumed command
+
+
+@pytest.mark.slow
+def test_wandb_receives_the_pictures_as_media_files(wandb_runs):
+    for run in wandb_log.offline_runs(wandb_runs / "runs"):
+        media = run / "files" / "media" / "images" / "val"
+        assert len(list(media.glob("confusion_matrix_*.png"))) == 1
+        assert len(list(media.glob("misclassified_*.png"))) == 1
+
+
+@pytest.mark.slow
+def test_no_secret_is_written(wandb_runs):
+    written = [p for p in wandb_runs.rglob("*") if p.is_file()]
+    assert len(written) > 20
+    assert not any(SECRET.encode() in p.read_bytes() for p in written)
