@@ -7,8 +7,8 @@ import pytest
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+import probes
 from conftest import config
-from probes import SaveGradients
 from proj.cli import main
 
 QUIET = ("--trainer.enable_progress_bar=false", "--test_after_fit=false")
@@ -64,7 +64,7 @@ def fit_one_step(precision: tuple[str, ...], folder: str, clip: float) -> tuple[
     cli = main(["--config", config("digits.yaml"), *ONE_STEP, *precision,
                 f"--trainer.gradient_clip_val={clip}"], run=False)  # fmt: skip
     updates = UpdateSize()
-    cli.trainer.callbacks += [SaveGradients(folder), updates]
+    cli.trainer.callbacks += [probes.SaveGradients(folder), updates]
     cli.trainer.fit(cli.model, cli.datamodule)
     return torch.load(f"{folder}/rank0.pt", weights_only=True)["grads"], updates.sizes
 

@@ -3,7 +3,10 @@ resuming into the same W&B run, and no secret written anywhere."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,6 @@ import yaml
 
 import wandb_log
 from conftest import config
-from proj.cli import main
 
 SECRET = "secret-key-that-must-not-be-written-0123456789"
 QUICK = (
@@ -22,30 +24,30 @@ QUICK = (
 )
 
 
+def fit(folder: Path, *args: str) -> None:
+    """A separate process, as a user runs it: W&B's own process has written and closed its files
+    when the run's process has exited."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": SECRET}
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
+               "--config", config("logger/wandb.yaml"), *QUICK, *args]  # fmt: skip
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def wandb_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One epoch of digits logged to W&B with ``log_model``, then resumed for a second epoch with
     ``--ckpt_path last`` while a newer checkpoint of another experiment sits in the same project."""
-    import wandb
-
     folder = tmp_path_factory.mktemp("wandb")
-    args = ["fit", "--config", config("digits.yaml"), "--config", config("logger/wandb.yaml"), *QUICK]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        patch.setenv("WANDB_MODE", "offline")
-        patch.setenv("WANDB_API_KEY", SECRET)
-        main([*args, "--trainer.max_epochs=1", "--trainer.logger.init_args.log_model=true"])
-        wandb.finish()
-        [run] = (folder / "runs" / "proj").iterdir()
-        other = folder / "runs" / "proj" / "other01"
-        shutil.copytree(run, other)
-        saved = yaml.safe_load((other / "config.yaml").read_text())
-        saved["trainer"]["logger"]["init_args"]["name"] = "mnist"
-        (other / "config.yaml").write_text(yaml.safe_dump(saved))
-        (other / "checkpoints" / "last.ckpt").touch()  # the newest checkpoint in runs/proj
-        main([*args, "--trainer.max_epochs=2", "--ckpt_path=last"])
-        wandb.finish()
-        wandb.teardown()  # stops W&B's service process: finish() may return before it closes the files
+    fit(folder, "--trainer.max_epochs=1", "--trainer.logger.init_args.log_model=true")
+    [run] = (folder / "runs" / "proj").iterdir()
+    other = folder / "runs" / "proj" / "other01"
+    shutil.copytree(run, other)
+    saved = yaml.safe_load((other / "config.yaml").read_text())
+    saved["trainer"]["logger"]["init_args"]["name"] = "mnist"
+    (other / "config.yaml").write_text(yaml.safe_dump(saved))
+    (other / "checkpoints" / "last.ckpt").touch()  # the newest checkpoint in runs/proj
+    fit(folder, "--trainer.max_epochs=2", "--ckpt_path=last")
     return folder
 
 
