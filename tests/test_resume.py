@@ -46,6 +46,7 @@ TEXT = (
     "--model.init_args.net.init_args.n_head=2",
     "--model.init_args.net.init_args.n_embd=64",
     "--model.init_args.net.init_args.dropout=0.1",
+    "--model.init_args.sample_tokens=20",
     "--model.init_args.scheduler.init_args.warmup_steps=5",
     "--trainer.max_steps=30",
     "--trainer.val_check_interval=10",
