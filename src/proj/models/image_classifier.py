@@ -36,10 +36,12 @@ class ImageClassifier(TaskModule):
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         self.save_plain_hyperparameters()
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # No input checks: they call torch.unique, a host sync on every training step; the loss
+        # already refuses a label out of range.
         metrics = MetricCollection(
             {
-                "acc": MulticlassAccuracy(num_classes, average="micro"),
-                "f1": MulticlassF1Score(num_classes, average="macro"),
+                "acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False),
+                "f1": MulticlassF1Score(num_classes, average="macro", validate_args=False),
             }
         )
         self.train_metrics = metrics.clone(prefix="train/")
@@ -59,9 +61,14 @@ class ImageClassifier(TaskModule):
         logits = self(x)
         loss = self.criterion(logits, y)
         self.train_metrics.update(logits.detach(), y)
-        self.log("train/loss", loss, prog_bar=True)
-        self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
+        # Only where the loggers receive it: each self.log call costs Python time on every step.
+        if self.is_logging_step():
+            self.log("train/loss", loss, prog_bar=True)
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.train_metrics.compute())
+        self.train_metrics.reset()
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_metrics)
