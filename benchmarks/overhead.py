@@ -12,13 +12,14 @@ side is the loop a user would write by hand: zero_grad, forward, loss, backward,
 scheduler.
 
 A step's time runs from one ``on_train_batch_start`` (or loop iteration) to the next, so it counts
-data loading, logging, checkpoints written every N steps, epoch boundaries and everything else
-between steps. Validation is not training and the plain loop does none: the validation loop and
-the checkpoints it triggers (best and ``last.ckpt``) are left out of the CLI's steps, and their
-time is printed on its own line. The first ``--warmup`` steps are left out too. Each side runs
-``--rounds`` times, alternating; for every step index the fastest round counts, which filters out
-other processes' bursts on a shared machine while keeping periodic costs (logging every
-``log_every_n_steps``, a checkpoint every 100 steps) that every round pays at the same steps.
+data loading, logging, the checkpoint written every 100 steps and everything else
+between steps. Validation is not training and the plain loop does none, so the steps in which the
+CLI validated (for the digits, the last of each epoch: validation, then the best and ``last.ckpt``
+checkpoints it triggers) are left out on both sides and their times printed on a line of their
+own. The first ``--warmup`` steps are left out too. Each side runs ``--rounds`` times, alternating;
+for every step index the fastest round counts, which filters out other processes' bursts on a
+shared machine while keeping periodic costs (logging every ``log_every_n_steps``, a checkpoint
+every 100 steps) that every round pays at the same steps.
 
 The ratio is (CLI steps/s) / (plain steps/s), one per experiment; the last line is the lowest,
 which should be at least 0.97 on a CPU::
@@ -34,81 +35,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer, seed_everything
-from torch.nn import functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
 
-from proj.cli import ProjCLI, main
-from proj.models import ImageClassifier, LanguageModel
-from proj.optim import WarmupCosineLR, param_groups
+from common import CLOCKS, DEFAULT_CORPUS, PlainStep, build, cli_args, device_batches
+from proj.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENTS = {
-    "digits": ROOT / "configs" / "digits.yaml",
-    "shakespeare_char_cpu": ROOT / "configs" / "shakespeare_char_cpu.yaml",
-}
-DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+EXPERIMENTS = ("digits", "shakespeare_char_cpu")
 clock = CLOCKS["wall"]
 
 
 class StepTimer(Callback):
-    """The clock at the start of every training step, less the time spent validating so far.
-
-    Lightning calls ``ModelCheckpoint`` last among the callbacks, so validation's end is taken in
-    the module's own ``on_validation_end``, which runs after every callback's: the checkpoints a
-    validation triggers are counted with it.
-    """
+    """The clock at the start of every training step, and which steps ran a validation."""
 
     def __init__(self) -> None:
         self.starts: list[float] = []
-        self.validations: list[float] = []
-        self._excluded = 0.0
-        self._validation_start: float | None = None
-
-    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        hook = pl_module.on_validation_end
-
-        def on_validation_end() -> None:
-            hook()
-            self._end_validation(trainer)
-
-        pl_module.on_validation_end = on_validation_end
+        self.validated: list[int] = []
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
     ) -> None:
-        self.starts.append(clock() - self._excluded)
+        self.starts.append(clock())
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._validation_start = clock()
-
-    def _end_validation(self, trainer: Trainer) -> None:
-        took = clock() - self._validation_start
-        self._excluded += took
         if not trainer.sanity_checking:
-            self.validations.append(took)
+            self.validated.append(len(self.starts) - 1)
 
 
 def step_times(starts: list[float], warmup: int) -> torch.Tensor:
     return torch.tensor(starts[warmup:], dtype=torch.float64).diff()
 
 
-def cli_args(experiment: str, corpus: str) -> list[str]:
-    args = ["--config", str(EXPERIMENTS[experiment])]
-    if experiment.startswith("shakespeare"):
-        args.append(f"--data.init_args.path={corpus}")
-    return args
-
-
-def lightning_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[float]]:
+def lightning_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
     # The progress bar is drawn (and costs what it costs) on stderr, leaving stdout to the results.
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
         cli = main(
@@ -123,88 +84,46 @@ def lightning_run(experiment: str, corpus: str, steps: int, warmup: int) -> tupl
             ]
         )
     timer = next(cb for cb in cli.trainer.callbacks if isinstance(cb, StepTimer))
-    return step_times(timer.starts, warmup), timer.validations
+    return step_times(timer.starts, warmup), [i - warmup for i in timer.validated if i >= warmup]
 
 
-def plain_loss(model: LightningModule) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    if isinstance(model, LanguageModel):
-        return lambda logits, y: F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
-    if isinstance(model, ImageClassifier):
-        smoothing = model.hparams.label_smoothing
-        return lambda logits, y: F.cross_entropy(logits, y, label_smoothing=smoothing)
-    raise TypeError(f"no plain loss for {type(model).__name__}")
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "32-true":
-        return contextlib.nullcontext()
-    if precision == "bf16-mixed":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    raise ValueError(f"trainer.precision={precision}: the plain loop knows 32-true and bf16-mixed only")
-
-
-def plain_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[float]]:
-    cli: ProjCLI = main(cli_args(experiment, corpus), run=False)
-    seed_everything(cli.config.seed_everything)
-    trainer, datamodule, net = cli.trainer, cli.datamodule, cli.model.net
-    device = trainer.strategy.root_device
-    # The data module's device-side transforms augment only while a trainer is training.
-    datamodule.trainer = trainer
-    trainer.training = True
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    loader = datamodule.train_dataloader()
-    net.to(device).train()
-    loss_fn = plain_loss(cli.model)
-    optimizer = cli.model.optimizer(param_groups(net))
-    scheduler = cli.model.scheduler(optimizer)
-    if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
-        scheduler.total_steps = steps  # as the Trainer estimates it under max_steps
-    clip = trainer.gradient_clip_val
-    precision = autocast(trainer.precision, device)
-
-    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for epoch in itertools.count():
-            loader.sampler.set_epoch(epoch)
-            for batch in loader:
-                batch = [t.to(device, non_blocking=True) for t in batch]
-                yield datamodule.on_after_batch_transfer(batch, 0)
-
+def plain_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
+    cli = build(cli_args(experiment, corpus))
+    # The Trainer estimates the schedule's length from max_steps, which the CLI side sets to steps.
+    step = PlainStep(cli.model, cli.trainer, total_steps=steps)
+    batches = device_batches(cli.datamodule, cli.datamodule.train_dataloader(), step.device)
     starts = []
-    for step, (x, y) in enumerate(batches()):
+    for i, (x, y) in enumerate(batches):
         starts.append(clock())
-        if step == steps:
+        if i == steps:
             break
-        optimizer.zero_grad(set_to_none=True)
-        with precision:
-            loss = loss_fn(net(x), y)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
-        optimizer.step()
-        scheduler.step()
+        step(x, y)
     return step_times(starts, warmup), []
 
 
 def benchmark(experiment: str, args: argparse.Namespace) -> float:
     runs: dict[str, list[torch.Tensor]] = {"plain loop": [], "proj fit": []}
-    validations: list[float] = []
+    validated: set[int] = set()
     for _ in range(args.rounds):
         for name, run in (("plain loop", plain_run), ("proj fit", lightning_run)):
-            times, validated = run(experiment, args.corpus, args.steps, args.warmup)
+            times, steps_with_validation = run(experiment, args.corpus, args.steps, args.warmup)
             runs[name].append(times)
-            validations += validated
+            validated.update(steps_with_validation)
+    kept = torch.ones(args.steps - args.warmup, dtype=torch.bool)
+    kept[sorted(validated)] = False
     print(f"{experiment}: steps {args.warmup}..{args.steps}, {args.rounds} rounds")
-    rates = {}
+    rates, left_out = {}, {}
     for name, rounds in runs.items():
-        per_round = " ".join(f"{len(t) / t.sum():.2f}" for t in rounds)
+        per_round = " ".join(f"{kept.sum() / t[kept].sum():.2f}" for t in rounds)
         fastest = torch.stack(rounds).min(dim=0).values
-        rates[name] = len(fastest) / fastest.sum().item()
+        rates[name] = kept.sum().item() / fastest[kept].sum().item()
+        left_out[name] = fastest[~kept].mean().item() if validated else 0.0
         print(f"  {name:10} steps/s {rates[name]:.2f} (rounds: {per_round})")
-    if validations:
+    if validated:
         print(
-            f"  left out of proj fit's steps: {len(validations)} validations with their checkpoints, "
-            f"{1000 * min(validations):.0f} ms each at the fastest"
+            f"  left out: the {len(validated)} steps in which proj fit validated (with the checkpoints "
+            f"validation triggers), {1000 * left_out['proj fit']:.0f} ms each against "
+            f"{1000 * left_out['plain loop']:.0f} ms for the same steps of the plain loop"
         )
     ratio = rates["proj fit"] / rates["plain loop"]
     print(f"  {experiment} ratio {ratio:.3f}")
