@@ -20,6 +20,7 @@ the script prints the tracker's figure beside the counter's, as a check of the C
 The last line is the ratio of the peaks, with checkpointing over without (below 1: memory saved)::
 
     python benchmarks/memory.py --corpus ../shared/data/tinyshakespeare/input.txt
+    python benchmarks/memory.py -- --model.init_args.net.init_args.n_layer=12   # another size
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from common import DEFAULT_CORPUS, TEXT_EXPERIMENTS, PlainStep, build, cli_args, synchronize
 
 
-def peak_memory(experiment: str, corpus: str, checkpointing: bool) -> dict[str, float]:
+def peak_memory(experiment: str, corpus: str, checkpointing: bool, overrides: list[str]) -> dict[str, float]:
     """Peak bytes of one training step: by CUDA's counter on a GPU, and always by the tracker."""
     flag = f"--model.init_args.net.init_args.activation_checkpointing={str(checkpointing).lower()}"
-    cli = build([*cli_args(experiment, corpus), flag])
+    cli = build([*cli_args(experiment, corpus), *overrides, flag])
     datamodule = cli.datamodule
     step = PlainStep(cli.model, cli.trainer, total_steps=cli.trainer.max_steps)
     x, y = (t.to(step.device) for t in next(iter(datamodule.train_dataloader())))
@@ -68,12 +69,17 @@ def main_benchmark(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", choices=TEXT_EXPERIMENTS, default=default)
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="Tiny Shakespeare's input.txt")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config changes after --, e.g. -- --model.init_args.net.init_args.n_layer=12",
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     peaks = {}
     for checkpointing in (False, True):
-        peaks[checkpointing] = peak_memory(args.experiment, args.corpus, checkpointing)
+        peaks[checkpointing] = peak_memory(args.experiment, args.corpus, checkpointing, args.overrides)
         gc.collect()
         torch.cuda.empty_cache()
         shown = ", ".join(f"{name} {value / 2**20:,.1f} MiB" for name, value in peaks[checkpointing].items())

@@ -95,7 +95,7 @@ def plain_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[to
     starts = []
     for i, (x, y) in enumerate(batches):
         starts.append(clock())
-        if i == steps:
+        if i == steps - 1:  # as on the CLI side, the last step starts the clock and is not timed
             break
         step(x, y)
     return step_times(starts, warmup), []
@@ -109,12 +109,12 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
             times, steps_with_validation = run(experiment, args.corpus, args.steps, args.warmup)
             runs[name].append(times)
             validated.update(steps_with_validation)
-    kept = torch.ones(args.steps - args.warmup, dtype=torch.bool)
+    kept = torch.ones(args.steps - args.warmup - 1, dtype=torch.bool)
     kept[sorted(validated)] = False
     print(f"{experiment}: steps {args.warmup}..{args.steps}, {args.rounds} rounds")
     rates, left_out = {}, {}
     for name, rounds in runs.items():
-        per_round = " ".join(f"{kept.sum() / t[kept].sum():.2f}" for t in rounds)
+        per_round = " ".join(f"{kept.sum().item() / t[kept].sum().item():.2f}" for t in rounds)
         fastest = torch.stack(rounds).min(dim=0).values
         rates[name] = kept.sum().item() / fastest[kept].sum().item()
         left_out[name] = fastest[~kept].mean().item() if validated else 0.0

@@ -36,18 +36,21 @@ class ImageClassifier(TaskModule):
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         self.save_plain_hyperparameters()
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-        # No input checks: they call torch.unique, a host sync on every training step; the loss
-        # already refuses a label out of range.
         metrics = MetricCollection(
             {
-                "acc": MulticlassAccuracy(num_classes, average="micro", validate_args=False),
-                "f1": MulticlassF1Score(num_classes, average="macro", validate_args=False),
+                "acc": MulticlassAccuracy(num_classes, average="micro"),
+                "f1": MulticlassF1Score(num_classes, average="macro"),
             }
         )
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         self.val_acc_best = MaxMetric()
+        # The epoch's training predictions, given to the training metrics in one update at the end
+        # of the epoch: an update per step costs a dozen small operations and, on a GPU, the host
+        # sync of their input checks (a quarter of a millisecond per step on a CPU).
+        self._train_preds: list[torch.Tensor] = []
+        self._train_targets: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -60,13 +63,19 @@ class ImageClassifier(TaskModule):
         x, y = batch
         logits = self(x)
         loss = self.criterion(logits, y)
-        self.train_metrics.update(logits.detach(), y)
+        self._train_preds.append(logits.detach().argmax(dim=-1))
+        self._train_targets.append(y)
         # Only where the loggers receive it: each self.log call costs Python time on every step.
         if self.is_logging_step():
             self.log("train/loss", loss, prog_bar=True)
         return loss
 
     def on_train_epoch_end(self) -> None:
+        if not self._train_preds:
+            return
+        self.train_metrics.update(torch.cat(self._train_preds), torch.cat(self._train_targets))
+        self._train_preds.clear()
+        self._train_targets.clear()
         self.log_dict(self.train_metrics.compute())
         self.train_metrics.reset()
 
