@@ -48,8 +48,10 @@ def fit(model, datamodule, throughput: TrainingThroughput, folder: Path):
         enable_model_summary=False,
     )
     trainer.fit(model, datamodule=datamodule)
+    rows: dict[int, dict[str, str]] = {}
     with open(folder / "run" / "version_0" / "metrics.csv", newline="") as f:
-        rows = {int(row["step"]): row for row in csv.DictReader(f)}
+        for row in csv.DictReader(f):
+            rows.setdefault(int(row["step"]), {}).update({k: v for k, v in row.items() if v})
     return clock, rows
 
 
