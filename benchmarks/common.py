@@ -22,16 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 TEXT_EXPERIMENTS = ("shakespeare_char", "shakespeare_char_cpu")
 IMAGE_EXPERIMENTS = ("digits", "mnist", "fashion_mnist", "cifar10")
-DEFAULT_CORPUS = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-def cli_args(experiment: str, corpus: str | Path = DEFAULT_CORPUS) -> list[str]:
-    """The experiment's shipped config, plus where the text is for the text experiments."""
+def cli_args(experiment: str, corpus: str | None = None) -> list[str]:
+    """The experiment's shipped config, plus where the text is for the text experiments (by
+    default the config's own path, where ``fit`` downloads Tiny Shakespeare when it is absent)."""
     args = ["--config", str(CONFIGS / f"{experiment}.yaml")]
-    if experiment in TEXT_EXPERIMENTS:
+    if corpus is not None and experiment in TEXT_EXPERIMENTS:
         args.append(f"--data.init_args.path={corpus}")
     return args
 

@@ -10,7 +10,7 @@ that trains: on a CPU the step is slow and every ratio is large; on a GPU the st
 data path, still on the host, is what can fall behind. Each ratio should be at least 5, leaving
 room for a busier host; the last line is the lowest::
 
-    python benchmarks/dataloading.py --corpus ../shared/data/tinyshakespeare/input.txt
+    python benchmarks/dataloading.py
 
 Both sides are timed on the wall clock (loader workers are other processes), best of ``--rounds``,
 each round at least ``--seconds`` long, after a warm-up that starts the workers.
@@ -40,7 +40,6 @@ import torch
 from torchvision.datasets import cifar
 
 from common import (
-    DEFAULT_CORPUS,
     IMAGE_EXPERIMENTS,
     TEXT_EXPERIMENTS,
     PlainStep,
@@ -105,7 +104,7 @@ def write_synthetic(experiment: str, root: Path) -> None:
 
 
 @contextlib.contextmanager
-def data_args(experiment: str, corpus: str) -> Iterator[tuple[list[str], str]]:
+def data_args(experiment: str, corpus: str | None) -> Iterator[tuple[list[str], str]]:
     """The CLI arguments that find the experiment's data, and where the data comes from."""
     args = cli_args(experiment, corpus)
     if experiment not in TORCHVISION_FOLDERS:
@@ -155,7 +154,7 @@ def main_benchmark(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="Tiny Shakespeare's input.txt")
+    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
     parser.add_argument("--seconds", type=float, default=2.0, help="least length of each timed run")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per side; the best counts")
     parser.add_argument("--warmup", type=int, default=5, help="batches loaded before timing")

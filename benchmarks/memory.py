@@ -19,7 +19,7 @@ the script prints the tracker's figure beside the counter's, as a check of the C
 
 The last line is the ratio of the peaks, with checkpointing over without (below 1: memory saved)::
 
-    python benchmarks/memory.py --corpus ../shared/data/tinyshakespeare/input.txt
+    python benchmarks/memory.py
     python benchmarks/memory.py -- --model.init_args.net.init_args.n_layer=12   # another size
 """
 
@@ -31,10 +31,12 @@ import gc
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from common import DEFAULT_CORPUS, TEXT_EXPERIMENTS, PlainStep, build, cli_args, synchronize
+from common import TEXT_EXPERIMENTS, PlainStep, build, cli_args, synchronize
 
 
-def peak_memory(experiment: str, corpus: str, checkpointing: bool, overrides: list[str]) -> dict[str, float]:
+def peak_memory(
+    experiment: str, corpus: str | None, checkpointing: bool, overrides: list[str]
+) -> dict[str, float]:
     """Peak bytes of one training step: by CUDA's counter on a GPU, and always by the tracker."""
     flag = f"--model.init_args.net.init_args.activation_checkpointing={str(checkpointing).lower()}"
     cli = build([*cli_args(experiment, corpus), *overrides, flag])
@@ -67,7 +69,7 @@ def main_benchmark(argv: list[str] | None = None) -> None:
     )
     default = "shakespeare_char" if torch.cuda.is_available() else "shakespeare_char_cpu"
     parser.add_argument("--experiment", choices=TEXT_EXPERIMENTS, default=default)
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="Tiny Shakespeare's input.txt")
+    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument(
         "overrides",

@@ -24,7 +24,7 @@ every 100 steps) that every round pays at the same steps.
 The ratio is (CLI steps/s) / (plain steps/s), one per experiment; the last line is the lowest,
 which should be at least 0.97 on a CPU::
 
-    python benchmarks/overhead.py --corpus ../shared/data/tinyshakespeare/input.txt
+    python benchmarks/overhead.py
 
 On a machine busy with other work, ``--threads 1 --clock cpu`` times each step by the CPU time of
 the one thread doing all the work (``time.thread_time``), which other processes do not inflate (it
@@ -41,7 +41,7 @@ import tempfile
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from common import CLOCKS, DEFAULT_CORPUS, PlainStep, build, cli_args, device_batches
+from common import CLOCKS, PlainStep, build, cli_args, device_batches
 from proj.cli import main
 
 EXPERIMENTS = ("digits", "shakespeare_char_cpu")
@@ -69,7 +69,9 @@ def step_times(starts: list[float], warmup: int) -> torch.Tensor:
     return torch.tensor(starts[warmup:], dtype=torch.float64).diff()
 
 
-def lightning_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
+def lightning_run(
+    experiment: str, corpus: str | None, steps: int, warmup: int
+) -> tuple[torch.Tensor, list[int]]:
     # The progress bar is drawn (and costs what it costs) on stderr, leaving stdout to the results.
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
         cli = main(
@@ -84,10 +86,11 @@ def lightning_run(experiment: str, corpus: str, steps: int, warmup: int) -> tupl
             ]
         )
     timer = next(cb for cb in cli.trainer.callbacks if isinstance(cb, StepTimer))
-    return step_times(timer.starts, warmup), [i - warmup for i in timer.validated if i >= warmup]
+    times = step_times(timer.starts, warmup)
+    return times, [i - warmup for i in timer.validated if 0 <= i - warmup < len(times)]
 
 
-def plain_run(experiment: str, corpus: str, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
+def plain_run(experiment: str, corpus: str | None, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
     cli = build(cli_args(experiment, corpus))
     # The Trainer estimates the schedule's length from max_steps, which the CLI side sets to steps.
     step = PlainStep(cli.model, cli.trainer, total_steps=steps)
@@ -135,7 +138,7 @@ def main_benchmark(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
-    parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="Tiny Shakespeare's input.txt")
+    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
     parser.add_argument("--steps", type=int, default=240, help="steps per run (the LM validates at 250)")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
     parser.add_argument("--rounds", type=int, default=3)
