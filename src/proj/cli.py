@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import (
     ArgsType,
     LightningArgumentParser,
@@ -138,6 +139,13 @@ class ProjCLI(LightningCLI):
             check_ckpt_path(self.config[subcommand].get("ckpt_path"), parser, self.config[subcommand])
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
+        config = (self.config_init[self.subcommand] if self.subcommand else self.config_init).trainer
+        if config.get("enable_progress_bar") is False and "callbacks" not in kwargs:
+            # The experiments configure their progress bar (its refresh rate): switching the bar off
+            # drops it, where Lightning would refuse a Trainer without a bar but with one in its callbacks.
+            callbacks = config.get("callbacks") or []
+            callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+            kwargs["callbacks"] = [c for c in callbacks if not isinstance(c, ProgressBar)]
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()

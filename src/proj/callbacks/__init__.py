@@ -3,6 +3,7 @@
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
+from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
 
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "Preempted",
     "Preemption",
     "StopOnDivergence",
+    "TrainingThroughput",
 ]

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import fnmatch
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -32,9 +30,8 @@ class LanguageModel(TaskModule):
     """Trains a next-token network (such as ``proj.nets.GPT``) on characters with cross-entropy.
 
     Logs ``train/loss``, ``val/loss`` and ``val/ppl`` (perplexity, exp of the epoch's mean loss),
-    ``test/loss`` and ``test/ppl``; on logging steps also ``train/tokens_per_sec`` (all processes
-    together) and ``train/peak_memory_mb`` (CUDA's peak allocation, or the process's peak resident
-    memory on CPU). After each validation, ``num_samples`` texts of ``sample_tokens`` characters
+    ``test/loss`` and ``test/ppl`` (speed and memory: ``proj.callbacks.TrainingThroughput`` in the
+    experiment config). After each validation, ``num_samples`` texts of ``sample_tokens`` characters
     continuing ``sample_prompt`` go to TensorBoard, W&B, or ``samples.txt`` in the run directory.
 
     ``vocab`` (linked from the data module by the CLI) is stored in the checkpoint, so a checkpoint
@@ -88,9 +85,6 @@ class LanguageModel(TaskModule):
         self.top_k = top_k
         self.val_loss = MeanMetric(nan_strategy="disable")
         self.test_loss = MeanMetric(nan_strategy="disable")
-        self._timer_start: float | None = None
-        self._timer_step = -1
-        self._tokens = 0
         if init_from is not None:
             self.load_weights(init_from)
         self.freeze_parameters(freeze)
@@ -133,22 +127,6 @@ class LanguageModel(TaskModule):
             "a checkpoint only works on the characters it was trained on. Point data.init_args.path at "
             "the text the checkpoint was trained on, or train on this text without --ckpt_path."
         )
-
-    def on_train_batch_start(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        # Wall time between logging steps, so no step waits for the device to finish its work.
-        step = self.global_step
-        if self.is_logging_step() and step != self._timer_step:
-            now = time.perf_counter()
-            if self._timer_start is not None:
-                rate = self._tokens * self.trainer.world_size / (now - self._timer_start)
-                self.log("train/tokens_per_sec", rate)
-                self.log("train/peak_memory_mb", peak_memory_mb(self.device))
-            self._timer_start, self._timer_step, self._tokens = now, step, 0
-        self._tokens += batch[0].numel()
-
-    def on_validation_start(self) -> None:
-        # Validation time is not training time: the next logging step starts a new measurement.
-        self._timer_start = None
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         # Every token counts once, in a short last batch too. Per-token values rather than a batch
@@ -262,17 +240,6 @@ class LanguageModel(TaskModule):
                 )
             for name in matched:
                 self.get_parameter(name).requires_grad_(False)
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    if sys.platform == "win32":
-        return float("nan")  # no getrusage
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
 
 
 def vocab_difference(theirs: object, ours: str) -> str:

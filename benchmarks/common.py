@@ -1,0 +1,111 @@
+"""What the benchmarks share: the shipped experiments, clocks, and the plain training step they are
+measured against."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from proj.cli import ProjCLI, main
+from proj.models import ImageClassifier, LanguageModel
+from proj.optim import WarmupCosineLR, param_groups
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+TEXT_EXPERIMENTS = ("shakespeare_char", "shakespeare_char_cpu")
+IMAGE_EXPERIMENTS = ("digits", "mnist", "fashion_mnist", "cifar10")
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def cli_args(experiment: str, corpus: str | None = None) -> list[str]:
+    """The experiment's shipped config, plus where the text is for the text experiments (by
+    default the config's own path, where ``fit`` downloads Tiny Shakespeare when it is absent)."""
+    args = ["--config", str(CONFIGS / f"{experiment}.yaml")]
+    if corpus is not None and experiment in TEXT_EXPERIMENTS:
+        args.append(f"--data.init_args.path={corpus}")
+    return args
+
+
+def build(args: Sequence[str]) -> ProjCLI:
+    """Model, data module and trainer exactly as ``fit`` would build them, nothing run; seeded, the
+    data set up, and the trainer attached to the data module in training mode, since its
+    device-side transforms augment only while a trainer trains."""
+    cli = main(list(args), run=False)
+    seed_everything(cli.config.seed_everything)
+    datamodule, trainer = cli.datamodule, cli.trainer
+    datamodule.trainer = trainer
+    trainer.training = True
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    return cli
+
+
+def device_batches(
+    datamodule: LightningDataModule, loader: DataLoader, device: torch.device
+) -> Iterator[Batch]:
+    """Training batches epoch after epoch, on the device and through the data module's
+    ``on_after_batch_transfer``, as the Trainer delivers them to ``training_step``."""
+    for epoch in itertools.count():
+        loader.sampler.set_epoch(epoch)
+        for batch in loader:
+            batch = [t.to(device, non_blocking=True) for t in batch]
+            yield datamodule.on_after_batch_transfer(batch, 0)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PlainStep:
+    """One training step written by hand: zero_grad, forward, loss, backward, clip, step, scheduler,
+    with the module's network, AdamW and parameter groups, schedule, the trainer's clipping and
+    precision."""
+
+    def __init__(self, model: LightningModule, trainer: Trainer, total_steps: int) -> None:
+        self.device = trainer.strategy.root_device
+        self.net = model.net.to(self.device).train()
+        self.loss = plain_loss(model)
+        self.optimizer = model.optimizer(param_groups(self.net))
+        self.scheduler = model.scheduler(self.optimizer)
+        if isinstance(self.scheduler, WarmupCosineLR) and self.scheduler.total_steps is None:
+            self.scheduler.total_steps = total_steps
+        self.clip = trainer.gradient_clip_val
+        self.precision = trainer.precision
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.precision, self.device):
+            loss = self.loss(self.net(x), y)
+        loss.backward()
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+
+
+def plain_loss(model: LightningModule):
+    if isinstance(model, LanguageModel):
+        return lambda logits, y: F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+    if isinstance(model, ImageClassifier):
+        smoothing = model.hparams.label_smoothing
+        return lambda logits, y: F.cross_entropy(logits, y, label_smoothing=smoothing)
+    raise TypeError(f"no plain loss for {type(model).__name__}")
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"trainer.precision={precision}: the plain step knows 32-true and bf16-mixed only")

@@ -1,0 +1,164 @@
+"""Steady-state training speed of ``proj fit`` against a plain PyTorch loop doing the same work.
+
+For each experiment (``configs/digits.yaml``: the CNN on the 8×8 digits; ``configs/
+shakespeare_char_cpu.yaml``: the GPT on Tiny Shakespeare) both sides train the network the CLI
+builds from the shipped config, on the batches of the same data module (its training loader and its
+``on_after_batch_transfer`` device-side transforms, augmentation included), with the same batch
+size, AdamW and parameter groups, learning-rate schedule, gradient clipping, precision, device and
+threads. The CLI side is the real ``fit`` subcommand with the config as shipped (its logging,
+checkpoints, callbacks and progress bar), changed only in ``max_steps``, where the run writes (a
+temporary folder) and ``test_after_fit`` (testing comes after the timed steps anyway). The plain
+side is the loop a user would write by hand: zero_grad, forward, loss, backward, clip, step,
+scheduler.
+
+A step's time runs from one ``on_train_batch_start`` (or loop iteration) to the next, so it counts
+data loading, logging, the checkpoint written every 100 steps and everything else
+between steps. Validation is not training and the plain loop does none, so the steps in which the
+CLI validated (for the digits, the last of each epoch: validation, then the best and ``last.ckpt``
+checkpoints it triggers) are left out on both sides and their times printed on a line of their
+own. The first ``--warmup`` steps are left out too. Each side runs ``--rounds`` times, alternating;
+for every step index the fastest round counts, which filters out other processes' bursts on a
+shared machine while keeping periodic costs (logging every ``log_every_n_steps``, a checkpoint
+every 100 steps) that every round pays at the same steps.
+
+The ratio is (CLI steps/s) / (plain steps/s), one per experiment; the last line is the lowest,
+which should be at least 0.97 on a CPU::
+
+    python benchmarks/overhead.py
+
+On a machine busy with other work, ``--threads 1 --clock cpu`` times each step by the CPU time of
+the one thread doing all the work (``time.thread_time``), which other processes do not inflate (it
+leaves out time spent waiting for the disk, such as a checkpoint's fsync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from common import CLOCKS, PlainStep, build, cli_args, device_batches
+from proj.cli import main
+
+EXPERIMENTS = ("digits", "shakespeare_char_cpu")
+clock = CLOCKS["wall"]
+
+
+class StepTimer(Callback):
+    """The clock at the start of every training step, and which steps ran a validation."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.validated: list[int] = []
+
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
+    ) -> None:
+        self.starts.append(clock())
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.validated.append(len(self.starts) - 1)
+
+
+def step_times(starts: list[float], warmup: int) -> torch.Tensor:
+    return torch.tensor(starts[warmup:], dtype=torch.float64).diff()
+
+
+def lightning_run(
+    experiment: str, corpus: str | None, steps: int, warmup: int
+) -> tuple[torch.Tensor, list[int]]:
+    # The progress bar is drawn (and costs what it costs) on stderr, leaving stdout to the results.
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+        cli = main(
+            [
+                "fit",
+                *cli_args(experiment, corpus),
+                f"--trainer.max_steps={steps}",
+                f"--trainer.default_root_dir={folder}",
+                f"--trainer.logger.init_args.save_dir={folder}",
+                f"--trainer.callbacks+={__name__}.StepTimer",
+                "--test_after_fit=false",
+            ]
+        )
+    timer = next(cb for cb in cli.trainer.callbacks if isinstance(cb, StepTimer))
+    times = step_times(timer.starts, warmup)
+    return times, [i - warmup for i in timer.validated if 0 <= i - warmup < len(times)]
+
+
+def plain_run(experiment: str, corpus: str | None, steps: int, warmup: int) -> tuple[torch.Tensor, list[int]]:
+    cli = build(cli_args(experiment, corpus))
+    # The Trainer estimates the schedule's length from max_steps, which the CLI side sets to steps.
+    step = PlainStep(cli.model, cli.trainer, total_steps=steps)
+    batches = device_batches(cli.datamodule, cli.datamodule.train_dataloader(), step.device)
+    starts = []
+    for i, (x, y) in enumerate(batches):
+        starts.append(clock())
+        if i == steps - 1:  # as on the CLI side, the last step starts the clock and is not timed
+            break
+        step(x, y)
+    return step_times(starts, warmup), []
+
+
+def benchmark(experiment: str, args: argparse.Namespace) -> float:
+    runs: dict[str, list[torch.Tensor]] = {"plain loop": [], "proj fit": []}
+    validated: set[int] = set()
+    for _ in range(args.rounds):
+        for name, run in (("plain loop", plain_run), ("proj fit", lightning_run)):
+            times, steps_with_validation = run(experiment, args.corpus, args.steps, args.warmup)
+            runs[name].append(times)
+            validated.update(steps_with_validation)
+    kept = torch.ones(args.steps - args.warmup - 1, dtype=torch.bool)
+    kept[sorted(validated)] = False
+    print(f"{experiment}: steps {args.warmup}..{args.steps}, {args.rounds} rounds")
+    rates, left_out = {}, {}
+    for name, rounds in runs.items():
+        per_round = " ".join(f"{kept.sum().item() / t[kept].sum().item():.2f}" for t in rounds)
+        fastest = torch.stack(rounds).min(dim=0).values
+        rates[name] = kept.sum().item() / fastest[kept].sum().item()
+        left_out[name] = fastest[~kept].mean().item() if validated else 0.0
+        print(f"  {name:10} steps/s {rates[name]:.2f} (rounds: {per_round})")
+    if validated:
+        print(
+            f"  left out: the {len(validated)} steps in which proj fit validated (with the checkpoints "
+            f"validation triggers), {1000 * left_out['proj fit']:.0f} ms each against "
+            f"{1000 * left_out['plain loop']:.0f} ms for the same steps of the plain loop"
+        )
+    ratio = rates["proj fit"] / rates["plain loop"]
+    print(f"  {experiment} ratio {ratio:.3f}")
+    return ratio
+
+
+def main_benchmark(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
+    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
+    parser.add_argument("--steps", type=int, default=240, help="steps per run (the LM validates at 250)")
+    parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    args = parser.parse_args(argv)
+    if args.warmup + 2 > args.steps:
+        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.clock == "cpu" and torch.get_num_threads() != 1:
+        parser.error("--clock cpu counts one thread's CPU time: pass --threads 1")
+    global clock
+    clock = CLOCKS[args.clock]
+    print(f"threads {torch.get_num_threads()}, {args.clock} clock")
+    experiments = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    ratios = {name: benchmark(name, args) for name in experiments}
+    lowest = min(ratios, key=ratios.get)
+    print(f"ratio {ratios[lowest]:.3f} (lowest, {lowest})")
+
+
+if __name__ == "__main__":
+    main_benchmark()

@@ -1,0 +1,73 @@
+"""The benchmarks run end to end with tiny step counts and print their ratio on the last line, so they
+do not rot; what they measure is not asserted (timings on a shared machine mean little)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY_SHAKESPEARE
+
+
+@pytest.fixture
+def benchmark(workdir, monkeypatch):
+    """Import a benchmark script as a module, the way it imports its neighbours when run; the
+    torch threads it sets (``--threads``) are restored afterwards."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    threads = torch.get_num_threads()
+    yield importlib.import_module
+    torch.set_num_threads(threads)
+
+
+def last_ratio(capsys: pytest.CaptureFixture) -> float:
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("ratio "), last
+    return float(last.split()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("experiment", "steps"), [("digits", 25), ("shakespeare_char_cpu", 5)])
+def test_overhead_benchmark(experiment, steps, benchmark, capsys):
+    # The digits run must reach its first validation: early stopping reads val/loss at an epoch's end.
+    args = [
+        "--experiment",
+        experiment,
+        f"--steps={steps}",
+        "--warmup=1",
+        "--rounds=1",
+        "--threads=1",
+        "--clock=cpu",
+        f"--corpus={TINY_SHAKESPEARE}",
+    ]
+    benchmark("overhead").main_benchmark(args)
+    assert last_ratio(capsys) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", ["digits", "mnist", "shakespeare_char_cpu"])
+def test_dataloading_benchmark(experiment, benchmark, capsys):
+    args = [
+        "--experiment",
+        experiment,
+        "--seconds=0.01",
+        "--rounds=1",
+        "--warmup=1",
+        f"--corpus={TINY_SHAKESPEARE}",
+    ]
+    benchmark("dataloading").main_benchmark(args)
+    output = capsys.readouterr().out
+    assert ("SYNTHETIC" in output) == (experiment == "mnist")  # no MNIST files in the test's folder
+    assert float(output.strip().splitlines()[-1].split()[1]) > 0
+
+
+@pytest.mark.slow
+def test_memory_benchmark(benchmark, capsys, workdir):
+    text = workdir / "verse.txt"
+    text.write_text("Shall I compare thee to a summer's day?\n" * 40, encoding="utf-8")
+    small = ["--model.init_args.net.init_args.n_layer=2", "--data.init_args.batch_size=2"]
+    benchmark("memory").main_benchmark(
+        ["--experiment=shakespeare_char_cpu", f"--corpus={text}", "--", *small]
+    )
+    assert 0 < last_ratio(capsys) < 1  # checkpointing saves memory

@@ -1,0 +1,117 @@
+"""Training throughput: samples/s and tokens/s that match the real step rate, MFU from FLOPs counted on
+the meta device against an explicit peak, and every experiment config logging them."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from lightning.pytorch import Callback, Trainer, seed_everything
+from lightning.pytorch.loggers import CSVLogger
+
+from conftest import CONFIGS, EXPERIMENTS
+from proj.callbacks import TrainingThroughput
+from proj.callbacks.throughput import training_flops
+from proj.data import DigitsDataModule, TextDataModule
+from proj.models import ImageClassifier, LanguageModel
+from proj.nets import GPT, ConvNet
+
+PEAK = 1e11  # an explicit peak FLOP/s: Lightning knows none for a CPU
+
+
+class Clock(Callback):
+    """The time at the end of each training batch, read just before TrainingThroughput reads it."""
+
+    def __init__(self) -> None:
+        self.times: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.times[trainer.global_step] = time.perf_counter()
+
+
+def fit(model, datamodule, throughput: TrainingThroughput, folder: Path):
+    """Nine steps, logging every second one (Lightning writes no step metrics for the last step)."""
+    seed_everything(0)
+    clock = Clock()
+    trainer = Trainer(
+        max_steps=9,
+        log_every_n_steps=2,
+        limit_val_batches=0,
+        logger=CSVLogger(folder, name="run", version=0),
+        callbacks=[clock, throughput],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=datamodule)
+    rows: dict[int, dict[str, str]] = {}
+    with open(folder / "run" / "version_0" / "metrics.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            rows.setdefault(int(row["step"]), {}).update({k: v for k, v in row.items() if v})
+    return clock, rows
+
+
+def logged(rows: dict[int, dict[str, str]], name: str) -> dict[int, float]:
+    """A metric by the step Lightning wrote it at (one less than the optimizer steps taken)."""
+    return {step + 1: float(row[name]) for step, row in rows.items() if row.get(name)}
+
+
+def test_gpt_flops_counted_on_the_meta_device_match_the_closed_form():
+    vocab, block, layers, width, batch = 65, 64, 4, 128, 12
+    gpt = GPT(vocab, block_size=block, n_layer=layers, n_head=4, n_embd=width)
+    weights = {name: p.clone() for name, p in gpt.named_parameters()}
+    flops = training_flops(gpt, torch.zeros(batch, block, dtype=torch.long))
+    # Forward + backward = 3 × forward: 2 FLOPs per multiply-add with every matrix (12·d² per
+    # layer, and the output layer tied to the embedding), plus attention's two T×T products.
+    matrices = layers * 12 * width**2 + vocab * width
+    expected = 6 * batch * block * matrices + 12 * layers * batch * block**2 * width
+    assert flops == pytest.approx(expected, rel=1e-3)
+    assert all(p.grad is None and torch.equal(p, weights[name]) for name, p in gpt.named_parameters())
+
+
+def test_image_fit_logs_samples_per_sec_at_the_real_rate_and_mfu_against_the_given_peak(tmp_path):
+    datamodule = DigitsDataModule(batch_size=32)
+    model = ImageClassifier(ConvNet(10, (1, 8, 8), channels=(8, 16)), num_classes=10)
+    throughput = TrainingThroughput(available_flops=PEAK, window=2)
+    clock, rows = fit(model, datamodule, throughput, tmp_path)
+    samples = logged(rows, "train/samples_per_sec")
+    assert sorted(samples) == [4, 6, 8]  # from the second logging step, over the last two steps
+    for step, rate in samples.items():
+        measured = 2 * 32 / (clock.times[step] - clock.times[step - 2])
+        assert rate == pytest.approx(measured, rel=0.1)
+    assert throughput.flops_per_batch == training_flops(model.net, torch.zeros(32, 1, 8, 8))
+    for step, mfu in logged(rows, "train/mfu").items():
+        assert mfu == pytest.approx(throughput.flops_per_batch * samples[step] / 32 / PEAK, rel=1e-6)
+    assert all(value > 0 for value in logged(rows, "train/peak_memory_mb").values())
+
+
+def test_text_fit_logs_tokens_per_sec_and_no_mfu_without_a_peak(tmp_path):
+    text = tmp_path / "verse.txt"
+    text.write_text("Shall I compare thee to a summer's day?\n" * 40, encoding="utf-8")
+    datamodule = TextDataModule(path=str(text), url=None, block_size=16, batch_size=4)
+    model = LanguageModel(
+        GPT(datamodule.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16), datamodule.vocab
+    )
+    _, rows = fit(model, datamodule, TrainingThroughput(count_tokens=True, window=2), tmp_path)
+    samples, tokens = logged(rows, "train/samples_per_sec"), logged(rows, "train/tokens_per_sec")
+    assert sorted(tokens) == [4, 6, 8]
+    assert all(tokens[step] == pytest.approx(16 * samples[step]) for step in tokens)
+    assert not logged(rows, "train/mfu")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_logs_throughput(experiment):
+    callbacks = yaml.safe_load((CONFIGS / experiment).read_text())["trainer"]["callbacks"]
+    monitors = [c for c in callbacks if c["class_path"] == "proj.callbacks.TrainingThroughput"]
+    assert len(monitors) == 1
+    counts_tokens = monitors[0].get("init_args", {}).get("count_tokens", False)
+    assert counts_tokens == experiment.startswith("shakespeare")
+
+
+def test_a_peak_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match="available_flops must be positive or null"):
+        TrainingThroughput(available_flops=0)
