@@ -123,10 +123,11 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
         left_out[name] = fastest[~kept].mean().item() if validated else 0.0
         print(f"  {name:10} steps/s {rates[name]:.2f} (rounds: {per_round})")
     if validated:
+        fit_ms, loop_ms = 1000 * left_out["proj fit"], 1000 * left_out["plain loop"]
         print(
-            f"  left out: the {len(validated)} steps in which proj fit validated (with the checkpoints "
-            f"validation triggers), {1000 * left_out['proj fit']:.0f} ms each against "
-            f"{1000 * left_out['plain loop']:.0f} ms for the same steps of the plain loop"
+            f"  left out: the {len(validated)} steps in which proj fit validated "
+            f"(with the checkpoints validation triggers), {fit_ms:.0f} ms each against "
+            f"{loop_ms:.0f} ms for the same steps of the plain loop"
         )
     ratio = rates["proj fit"] / rates["plain loop"]
     print(f"  {experiment} ratio {ratio:.3f}")

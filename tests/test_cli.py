@@ -195,6 +195,7 @@ def test_module_rebuilds_from_checkpoint_alone(workdir):
 @pytest.mark.slow
 def test_wandb_runs_each_get_their_own_config(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "300")
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-that-must-not-be-written-0123456789")
     quick = (
         "--trainer.max_epochs=1",

@@ -27,7 +27,8 @@ QUICK = (
 def fit(folder: Path, *args: str) -> None:
     """A separate process, as a user runs it: W&B's own process has written and closed its files
     when the run's process has exited."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": SECRET}
+    # W&B starts a service process of its own; on a busy machine that can take longer than its default.
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": SECRET, "WANDB_INIT_TIMEOUT": "300"}
     command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
                "--config", config("logger/wandb.yaml"), *QUICK, *args]  # fmt: skip
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
