@@ -142,7 +142,7 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
         used = rate(lambda: step(x, y), step.device, args.seconds, args.rounds)
     ratio = delivered / used
     print(
-        f"{experiment}: data path {delivered:,.1f} batches/s, training step {used:,.2f} batches/s, "
+        f"{experiment}: data path {delivered:,.1f} batches/s, training step {used:,.3g} batches/s, "
         f"ratio {ratio:,.1f} (batch {datamodule.batch_size}, {loader.num_workers} workers, "
         f"{step.device.type}, {trainer.precision}; {source})"
     )
