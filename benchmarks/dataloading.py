@@ -55,16 +55,18 @@ TORCHVISION_FOLDERS = {"mnist": "MNIST", "fashion_mnist": "FashionMNIST", "cifar
 
 
 def rate(call: Callable[[], object], device: torch.device, seconds: float, rounds: int) -> float:
-    """Calls per second, best of ``rounds`` runs of at least ``seconds`` each (one run when a
-    single call takes longer); the device is synchronised only around a run, so queued work
-    overlaps as it does in training."""
+    """Calls per second, best of ``rounds`` runs of at least ``seconds`` each after one warm-up
+    call (which alone is the measure when it outlasts ``seconds``: a GPU config's step on a CPU
+    takes minutes); the device is synchronised only around a run, so queued work overlaps as it
+    does in training."""
     synchronize(device)
     start = time.perf_counter()
     call()
     synchronize(device)
     once = time.perf_counter() - start
+    if once >= seconds:
+        return 1 / once
     calls = math.ceil(seconds / once)
-    rounds = rounds if calls > 1 else 1
     best = 0.0
     for _ in range(rounds):
         synchronize(device)
@@ -142,7 +144,7 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
         used = rate(lambda: step(x, y), step.device, args.seconds, args.rounds)
     ratio = delivered / used
     print(
-        f"{experiment}: data path {delivered:,.1f} batches/s, training step {used:,.2f} batches/s, "
+        f"{experiment}: data path {delivered:,.1f} batches/s, training step {used:,.3g} batches/s, "
         f"ratio {ratio:,.1f} (batch {datamodule.batch_size}, {loader.num_workers} workers, "
         f"{step.device.type}, {trainer.precision}; {source})"
     )

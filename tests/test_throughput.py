@@ -13,9 +13,10 @@ import yaml
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from conftest import CONFIGS, EXPERIMENTS
+from conftest import CONFIGS, EXPERIMENTS, config, experiment_args
 from proj.callbacks import TrainingThroughput
 from proj.callbacks.throughput import training_flops
+from proj.cli import main
 from proj.data import DigitsDataModule, TextDataModule
 from proj.models import ImageClassifier, LanguageModel
 from proj.nets import GPT, ConvNet
@@ -110,6 +111,15 @@ def test_every_experiment_logs_throughput(experiment):
     assert len(monitors) == 1
     counts_tokens = monitors[0].get("init_args", {}).get("count_tokens", False)
     assert counts_tokens == experiment.startswith("shakespeare")
+
+
+def test_peak_flops_are_set_by_a_flag_after_the_experiment(workdir):
+    """The README's way to give MFU a peak Lightning does not know (an H200's)."""
+    experiment = "shakespeare_char.yaml"
+    flag = "--trainer.callbacks.init_args.available_flops=989e12"
+    cli = main(["--config", config(experiment), *experiment_args(experiment), flag], run=False)
+    (monitor,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, TrainingThroughput)]
+    assert monitor.available_flops == 989e12
 
 
 def test_a_peak_that_is_not_positive_is_refused():

@@ -64,6 +64,7 @@ class ImageDataModule(ResumableDataModule):
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.splits: dict[str, TensorImageDataset] = {}
+        self._normalisation: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def load(self, train: bool) -> Split:
         """The official training (``train=True``) or test set as uint8 images and int64 labels."""
@@ -105,18 +106,21 @@ class ImageDataModule(ResumableDataModule):
         if self.augment and self.trainer is not None and self.trainer.training:
             x = random_translate(x, self.augment_pad) if self.augment_pad else x
             x = random_hflip(x) if self.augment_flip else x
-        mean, std = self._mean_std(x)
-        return (x - mean) / std, labels
+        mean, std = self.normalisation(x.device)
+        return x.sub_(mean).div_(std), labels
 
     def to_pixels(self, x: torch.Tensor) -> torch.Tensor:
         """Undo the normalisation: intensities in [0, 1], the images as a person sees them."""
-        mean, std = self._mean_std(x)
+        mean, std = self.normalisation(x.device)
         return (x * std + mean).clamp(0.0, 1.0)
 
-    def _mean_std(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
-        return mean, std
+    def normalisation(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``mean`` and ``std`` as ``(1, C, 1, 1)`` tensors on ``device``, made once: a tensor made
+        from Python numbers on a GPU waits for its copy, which would be a host sync per batch."""
+        if self._normalisation is None or self._normalisation[0].device != device:
+            mean, std = (torch.tensor(v, device=device).view(1, -1, 1, 1) for v in (self.mean, self.std))
+            self._normalisation = (mean, std)
+        return self._normalisation
 
 
 class DigitsDataModule(ImageDataModule):
