@@ -25,10 +25,10 @@ class Preemption(Callback):
     Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
     when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
     success. Here the handler only records the signal; at the end of each training step the ranks
-    agree (one max-reduce of a scalar) and all stop together. ``grace_seconds`` after a signal, a
-    process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM the job is
-    requeued (``scontrol requeue``) when ``requeue`` is set, and resumes with ``--ckpt_path auto``.
-    A second Ctrl-C interrupts at once.
+    agree (one max-reduce of a scalar on the CPU) and all stop together. ``grace_seconds`` after a
+    signal, a process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM
+    the job is requeued (``scontrol requeue``) when ``requeue`` is set, and resumes with
+    ``--ckpt_path auto``. A second Ctrl-C interrupts at once.
     """
 
     def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
@@ -36,22 +36,31 @@ class Preemption(Callback):
         self.requeue = requeue
         self._signal = 0
         self._previous: dict[int, object] = {}
+        self._group: torch.distributed.ProcessGroup | None = None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Installed here, after Lightning registered its handlers, so these replace them.
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+        distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
+        if distributed and torch.distributed.get_backend() != "gloo":
+            # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
+            # the host wait for the device's queue to drain at every step.
+            self._group = torch.distributed.new_group(backend="gloo")
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._restore_handlers()
+        self._release()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        self._restore_handlers()
+        self._release()
 
-    def _restore_handlers(self) -> None:
+    def _release(self) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+        if self._group is not None:
+            torch.distributed.destroy_process_group(self._group)
+            self._group = None
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
         if self._signal and signum == signal.SIGINT:
@@ -65,8 +74,8 @@ class Preemption(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
         signum = self._signal
         if trainer.world_size > 1 and torch.distributed.is_initialized():
-            flag = torch.tensor([signum], device=pl_module.device)
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            flag = torch.tensor([signum])
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
             signum = int(flag.item())
         if signum:
             self._stop(trainer, signum)
