@@ -3,10 +3,11 @@ measured against."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -25,6 +26,40 @@ IMAGE_EXPERIMENTS = ("digits", "mnist", "fashion_mnist", "cifar10")
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def parser(description: str, experiments: Sequence[str], default: str = "all") -> argparse.ArgumentParser:
+    """The options every benchmark takes: the experiment (or ``all``), the corpus and the threads."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    choices = [*experiments, "all"] if default == "all" else list(experiments)
+    parser.add_argument("--experiment", choices=choices, default=default)
+    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse and apply ``--threads`` before anything is timed."""
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return args
+
+
+def print_lowest(
+    experiments: Sequence[str],
+    args: argparse.Namespace,
+    benchmark: Callable[[str, argparse.Namespace], float],
+    decimals: int,
+) -> None:
+    """Run ``benchmark`` on the chosen experiments; the last line is the lowest ratio, the one a
+    bar is checked against."""
+    chosen = list(experiments) if args.experiment == "all" else [args.experiment]
+    ratios = {name: benchmark(name, args) for name in chosen}
+    lowest = min(ratios, key=ratios.get)
+    print(f"ratio {ratios[lowest]:.{decimals}f} (lowest, {lowest})")
 
 
 def cli_args(experiment: str, corpus: str | None = None) -> list[str]:

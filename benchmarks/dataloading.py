@@ -46,6 +46,9 @@ from common import (
     build,
     cli_args,
     device_batches,
+    parse,
+    parser,
+    print_lowest,
     synchronize,
 )
 from proj.cli import main
@@ -152,23 +155,13 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
 
 
 def main_benchmark(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
-    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="least length of each timed run")
-    parser.add_argument("--rounds", type=int, default=3, help="timed runs per side; the best counts")
-    parser.add_argument("--warmup", type=int, default=5, help="batches loaded before timing")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    options = parser(__doc__, EXPERIMENTS)
+    options.add_argument("--seconds", type=float, default=2.0, help="least length of each timed run")
+    options.add_argument("--rounds", type=int, default=3, help="timed runs per side; the best counts")
+    options.add_argument("--warmup", type=int, default=5, help="batches loaded before timing")
+    args = parse(options, argv)
     print(f"threads {torch.get_num_threads()}")
-    experiments = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    ratios = {name: benchmark(name, args) for name in experiments}
-    lowest = min(ratios, key=ratios.get)
-    print(f"ratio {ratios[lowest]:.1f} (lowest, {lowest})")
+    print_lowest(EXPERIMENTS, args, benchmark, decimals=1)
 
 
 if __name__ == "__main__":

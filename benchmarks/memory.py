@@ -25,13 +25,12 @@ The last line is the ratio of the peaks, with checkpointing over without (below 
 
 from __future__ import annotations
 
-import argparse
 import gc
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from common import TEXT_EXPERIMENTS, PlainStep, build, cli_args, synchronize
+from common import TEXT_EXPERIMENTS, PlainStep, build, cli_args, parse, parser, synchronize
 
 
 def peak_memory(
@@ -64,21 +63,14 @@ def peak_memory(
 
 
 def main_benchmark(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
     default = "shakespeare_char" if torch.cuda.is_available() else "shakespeare_char_cpu"
-    parser.add_argument("--experiment", choices=TEXT_EXPERIMENTS, default=default)
-    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument(
+    options = parser(__doc__, TEXT_EXPERIMENTS, default=default)
+    options.add_argument(
         "overrides",
         nargs="*",
         help="config changes after --, e.g. -- --model.init_args.net.init_args.n_layer=12",
     )
-    args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse(options, argv)
     peaks = {}
     for checkpointing in (False, True):
         peaks[checkpointing] = peak_memory(args.experiment, args.corpus, checkpointing, args.overrides)

@@ -22,7 +22,9 @@ shared machine while keeping periodic costs (logging every ``log_every_n_steps``
 every 100 steps) that every round pays at the same steps.
 
 The ratio is (CLI steps/s) / (plain steps/s), one per experiment; the last line is the lowest,
-which should be at least 0.97 on a CPU::
+which should be at least 0.97 on a CPU. A third side, a bare Trainer (the same ``fit`` with no
+logger, checkpoints, progress bar or configured callbacks), shows how much of the difference is
+Lightning's own loop (its hooks and closure) rather than what the template adds to it::
 
     python benchmarks/overhead.py
 
@@ -35,13 +37,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import tempfile
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from common import CLOCKS, PlainStep, build, cli_args, device_batches
+from common import CLOCKS, PlainStep, build, cli_args, device_batches, parse, parser, print_lowest
 from proj.cli import main
 
 EXPERIMENTS = ("digits", "shakespeare_char_cpu")
@@ -69,18 +72,28 @@ def step_times(starts: list[float], warmup: int) -> torch.Tensor:
     return torch.tensor(starts[warmup:], dtype=torch.float64).diff()
 
 
+BARE_TRAINER = (
+    "--trainer.callbacks=[]",
+    "--trainer.logger=false",
+    "--trainer.enable_checkpointing=false",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+)
+
+
 def lightning_run(
-    experiment: str, corpus: str | None, steps: int, warmup: int
+    experiment: str, corpus: str | None, steps: int, warmup: int, bare: bool = False
 ) -> tuple[torch.Tensor, list[int]]:
     # The progress bar is drawn (and costs what it costs) on stderr, leaving stdout to the results.
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+        where = [f"--trainer.default_root_dir={folder}"]
+        where += list(BARE_TRAINER) if bare else [f"--trainer.logger.init_args.save_dir={folder}"]
         cli = main(
             [
                 "fit",
                 *cli_args(experiment, corpus),
                 f"--trainer.max_steps={steps}",
-                f"--trainer.default_root_dir={folder}",
-                f"--trainer.logger.init_args.save_dir={folder}",
+                *where,
                 f"--trainer.callbacks+={__name__}.StepTimer",
                 "--test_after_fit=false",
             ]
@@ -105,10 +118,15 @@ def plain_run(experiment: str, corpus: str | None, steps: int, warmup: int) -> t
 
 
 def benchmark(experiment: str, args: argparse.Namespace) -> float:
-    runs: dict[str, list[torch.Tensor]] = {"plain loop": [], "proj fit": []}
+    sides = {
+        "plain loop": plain_run,
+        "proj fit": lightning_run,
+        "bare Trainer": functools.partial(lightning_run, bare=True),
+    }
+    runs: dict[str, list[torch.Tensor]] = {name: [] for name in sides}
     validated: set[int] = set()
     for _ in range(args.rounds):
-        for name, run in (("plain loop", plain_run), ("proj fit", lightning_run)):
+        for name, run in sides.items():
             times, steps_with_validation = run(experiment, args.corpus, args.steps, args.warmup)
             runs[name].append(times)
             validated.update(steps_with_validation)
@@ -121,7 +139,7 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
         fastest = torch.stack(rounds).min(dim=0).values
         rates[name] = kept.sum().item() / fastest[kept].sum().item()
         left_out[name] = fastest[~kept].mean().item() if validated else 0.0
-        print(f"  {name:10} steps/s {rates[name]:.2f} (rounds: {per_round})")
+        print(f"  {name:12} steps/s {rates[name]:.2f} (rounds: {per_round})")
     if validated:
         fit_ms, loop_ms = 1000 * left_out["proj fit"], 1000 * left_out["plain loop"]
         print(
@@ -129,36 +147,28 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
             f"(with the checkpoints validation triggers), {fit_ms:.0f} ms each against "
             f"{loop_ms:.0f} ms for the same steps of the plain loop"
         )
+    floor, added = rates["bare Trainer"] / rates["plain loop"], rates["proj fit"] / rates["bare Trainer"]
+    print(f"  bare Trainer / plain loop {floor:.3f}; proj fit / bare Trainer {added:.3f}")
     ratio = rates["proj fit"] / rates["plain loop"]
     print(f"  {experiment} ratio {ratio:.3f}")
     return ratio
 
 
 def main_benchmark(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
-    parser.add_argument("--corpus", help="Tiny Shakespeare's input.txt (default: the config's path)")
-    parser.add_argument("--steps", type=int, default=240, help="steps per run (the LM validates at 250)")
-    parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
-    args = parser.parse_args(argv)
+    options = parser(__doc__, EXPERIMENTS)
+    options.add_argument("--steps", type=int, default=240, help="steps per run (the LM validates at 250)")
+    options.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
+    options.add_argument("--rounds", type=int, default=3)
+    options.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    args = parse(options, argv)
     if args.warmup + 2 > args.steps:
-        parser.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+        options.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")
     if args.clock == "cpu" and torch.get_num_threads() != 1:
-        parser.error("--clock cpu counts one thread's CPU time: pass --threads 1")
+        options.error("--clock cpu counts one thread's CPU time: pass --threads 1")
     global clock
     clock = CLOCKS[args.clock]
     print(f"threads {torch.get_num_threads()}, {args.clock} clock")
-    experiments = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
-    ratios = {name: benchmark(name, args) for name in experiments}
-    lowest = min(ratios, key=ratios.get)
-    print(f"ratio {ratios[lowest]:.3f} (lowest, {lowest})")
+    print_lowest(EXPERIMENTS, args, benchmark, decimals=3)
 
 
 if __name__ == "__main__":

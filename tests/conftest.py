@@ -33,8 +33,47 @@ EXPERIMENT_ARGS = {
 }
 
 
+# The two tasks, as the fault tests run them: the experiment's config and its run's name under runs/.
+TASKS = {"image": ("digits.yaml", "digits"), "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu")}
+
+
 def config(name: str) -> str:
     return str(CONFIGS / name)
+
+
+def small_gpt(*extra: str) -> tuple[str, ...]:
+    """The character GPT on the shared corpus at 2 layers of 64: a text run that takes seconds, for
+    tests of what happens around training rather than of how well it learns."""
+    return (
+        f"--data.init_args.path={TINY_SHAKESPEARE}",
+        "--model.init_args.net.init_args.n_layer=2",
+        "--model.init_args.net.init_args.n_embd=64",
+        *extra,
+    )
+
+
+def step_checkpoints(every: int) -> str:
+    """An item of an overlay's ``trainer.callbacks+`` list: a checkpoint every ``every`` steps, named
+    by its step, and ``last.ckpt``."""
+    return f"""
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        every_n_train_steps: {every}
+        save_last: true
+        filename: "step{{step:04d}}"
+        auto_insert_metric_name: false
+"""
+
+
+def kill_at(step: int, group: bool = False) -> str:
+    """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
+    rank of the job at once)."""
+    return f"""
+    - class_path: faults.KillAtStep
+      init_args:
+        step: {step}
+        group: {str(group).lower()}
+"""
 
 
 def copy_repo(dest: Path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, config
+from conftest import ROOT, config, kill_at, step_checkpoints
 from proj.cli import main
 
 TESTS = Path(__file__).parent
@@ -24,22 +24,7 @@ DDP = ("--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--t
 ODD_SPLITS = ("--data.init_args.val_fraction=0.13",)
 QUICK = ("--trainer.max_epochs=2", "--trainer.enable_progress_bar=false", *ODD_SPLITS)
 STEPS_PER_EPOCH = 10
-PERIODIC = """
-trainer:
-  callbacks+:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args:
-        every_n_train_steps: 4
-        save_last: true
-        filename: "step{step:04d}"
-        auto_insert_metric_name: false
-"""
-KILL = """
-    - class_path: faults.KillAtStep
-      init_args:
-        step: {step}
-        group: true
-"""
+PERIODIC = "trainer:\n  callbacks+:" + step_checkpoints(4)
 
 PROBE = """
 trainer:
@@ -150,8 +135,8 @@ def test_one_ddp_step_has_the_gradients_of_one_step_on_the_concatenated_batch(wo
 
 @pytest.mark.slow
 def test_ddp_run_killed_mid_epoch_resumes_bit_identical_on_every_rank(reference, workdir):
-    kill_at = STEPS_PER_EPOCH + 5  # epoch 1, batch 5; the newest checkpoint is from step 12
-    killed = ddp_fit(workdir, "--test_after_fit=false", overlay=PERIODIC + KILL.format(step=kill_at))
+    kill_step = STEPS_PER_EPOCH + 5  # epoch 1, batch 5; the newest checkpoint is from step 12
+    killed = ddp_fit(workdir, "--test_after_fit=false", overlay=PERIODIC + kill_at(kill_step, group=True))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     saved = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
     assert saved["global_step"] == 12

@@ -5,38 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TINY_SHAKESPEARE, config
+from conftest import TASKS, config, small_gpt, step_checkpoints
 from proj.callbacks import DivergenceError
 from proj.cli import main
 
-EVERY_STEP = """
-trainer:
-  callbacks+:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args:
-        every_n_train_steps: 1
-        save_last: true
-"""
-
-# A small GPT, validated rarely: the run diverges long before the first validation.
-TEXT = (
-    f"--data.init_args.path={TINY_SHAKESPEARE}",
-    "--model.init_args.net.init_args.n_layer=2",
-    "--model.init_args.net.init_args.n_embd=64",
-    "--trainer.val_check_interval=100",
-    "--trainer.max_steps=100",
-)
-TASKS = {
-    "image": ("digits.yaml", "digits", ()),
-    "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu", TEXT),
-}
+EVERY_STEP = "trainer:\n  callbacks+:" + step_checkpoints(1)
+# The GPT validated rarely: the run diverges long before the first validation.
+ARGS = {"image": (), "text": small_gpt("--trainer.val_check_interval=100", "--trainer.max_steps=100")}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["image", "text"])
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, task, workdir):
-    experiment, name, task_args = TASKS[task]
+    experiment, name = TASKS[task]
     overlay = workdir / "every_step.yaml"
     overlay.write_text(EVERY_STEP)
     diverge = [
@@ -45,7 +27,7 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
         "--trainer.gradient_clip_val=null",
     ]
     with pytest.raises(DivergenceError) as error:
-        main(["fit", "--config", config(experiment), "--config", str(overlay), *diverge, *task_args,
+        main(["fit", "--config", config(experiment), "--config", str(overlay), *diverge, *ARGS[task],
               f"--trainer.precision={precision}", "--trainer.enable_progress_bar=false"])  # fmt: skip
     message = str(error.value)
     assert "learning rate" in message and precision in message

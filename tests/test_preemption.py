@@ -12,32 +12,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY_SHAKESPEARE, config
+from conftest import TASKS, config, small_gpt
 from proj.cli import main
 
 TESTS = Path(__file__).parent
 LONG = ("--trainer.max_epochs=100", "--trainer.enable_progress_bar=false", "--test_after_fit=false")
 DDP = ("--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2")
-# The character GPT, small, validated rarely.
-TEXT = (
-    f"--data.init_args.path={TINY_SHAKESPEARE}",
-    "--model.init_args.net.init_args.n_layer=2",
-    "--model.init_args.net.init_args.n_embd=64",
-    "--trainer.val_check_interval=100",
-    "--trainer.limit_val_batches=2",
-)
-TASKS = {
-    "image": ("digits.yaml", "digits", ()),
-    "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu", TEXT),
-}
+# The GPT validated rarely.
+ARGS = {"image": (), "text": small_gpt("--trainer.val_check_interval=100", "--trainer.limit_val_batches=2")}
 
 
 def start(workdir: Path, *extra: str, fault: str = "", task: str = "image") -> subprocess.Popen:
-    experiment, _, task_args = TASKS[task]
+    experiment, _ = TASKS[task]
     overlay = workdir / "overlay.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n" + fault)
     command = [sys.executable, "-m", "proj", "fit", "--config", config(experiment),
-               "--config", str(overlay), *LONG, *task_args, *extra]  # fmt: skip
+               "--config", str(overlay), *LONG, *ARGS[task], *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     return subprocess.Popen(
         command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -70,13 +60,13 @@ def finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
 def assert_saved_and_resumable(workdir: Path, step_at_least: int, task: str = "image") -> None:
     """The saved checkpoint holds at least ``step_at_least`` steps and ``--ckpt_path last`` continues
     from it (in this process: that resuming is exact is tests/test_resume.py's job)."""
-    experiment, name, task_args = TASKS[task]
+    experiment, name = TASKS[task]
     last = workdir / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"
     saved_step = torch.load(last, weights_only=True)["global_step"]
     assert saved_step >= step_at_least
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(workdir)
-        main(["fit", "--config", config(experiment), *task_args, "--ckpt_path=last",
+        main(["fit", "--config", config(experiment), *ARGS[task], "--ckpt_path=last",
               f"--trainer.max_steps={saved_step + 2}", "--trainer.enable_progress_bar=false",
               "--test_after_fit=false"])  # fmt: skip
     assert torch.load(last, weights_only=True)["global_step"] == saved_step + 2, "the resumed run continued"

@@ -13,60 +13,38 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY_SHAKESPEARE, config
+from conftest import TASKS, config, kill_at, small_gpt, step_checkpoints
 from proj.cli import main
 
 TESTS = Path(__file__).parent
 
 # Digits: 21 batches of 64 per epoch. A periodic checkpoint every 6 steps, 2 epochs, dropout and
 # augmentation on (the digits config has both).
-PERIODIC = """
-trainer:
-  max_epochs: 2
-  enable_progress_bar: false
-  callbacks+:
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args:
-        every_n_train_steps: 6
-        save_last: true
-        filename: "step{step:04d}"
-        auto_insert_metric_name: false
-"""
-KILL = """
-    - class_path: faults.KillAtStep
-      init_args:
-        step: {step}
-"""
-
-
-# The character GPT, small: 2 layers with dropout, validation (and sampling) every 10 steps.
-TEXT = (
-    f"--data.init_args.path={TINY_SHAKESPEARE}",
-    "--model.init_args.net.init_args.n_layer=2",
-    "--model.init_args.net.init_args.n_head=2",
-    "--model.init_args.net.init_args.n_embd=64",
-    "--model.init_args.net.init_args.dropout=0.1",
-    "--model.init_args.sample_tokens=20",
-    "--model.init_args.scheduler.init_args.warmup_steps=5",
-    "--trainer.max_steps=30",
-    "--trainer.val_check_interval=10",
-    "--trainer.limit_val_batches=2",
-)
-TASKS = {
-    "image": ("digits.yaml", "digits", ()),
-    "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu", TEXT),
+PERIODIC = "trainer:\n  max_epochs: 2\n  enable_progress_bar: false\n  callbacks+:" + step_checkpoints(6)
+# The GPT with dropout, validated (and sampling) every 10 steps.
+ARGS = {
+    "image": (),
+    "text": small_gpt(
+        "--model.init_args.net.init_args.n_head=2",
+        "--model.init_args.net.init_args.dropout=0.1",
+        "--model.init_args.sample_tokens=20",
+        "--model.init_args.scheduler.init_args.warmup_steps=5",
+        "--trainer.max_steps=30",
+        "--trainer.val_check_interval=10",
+        "--trainer.limit_val_batches=2",
+    ),
 }
 
 
 def run_fit(
-    workdir: Path, *extra: str, kill_at: int | None = None, task: str = "image"
+    workdir: Path, *extra: str, kill_step: int | None = None, task: str = "image"
 ) -> subprocess.CompletedProcess:
-    experiment, _, task_args = TASKS[task]
+    experiment, _ = TASKS[task]
     overlay = workdir / "overlay.yaml"
-    overlay.write_text(PERIODIC + (KILL.format(step=kill_at) if kill_at is not None else ""))
+    overlay.write_text(PERIODIC + (kill_at(kill_step) if kill_step is not None else ""))
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     command = [sys.executable, "-m", "proj", "fit", "--config", config(experiment),
-               "--config", str(overlay), "--test_after_fit=false", *task_args, *extra]  # fmt: skip
+               "--config", str(overlay), "--test_after_fit=false", *ARGS[task], *extra]  # fmt: skip
     return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -98,25 +76,25 @@ def uninterrupted(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("task", "kill_at", "where"),
+    ("task", "kill_step", "where"),
     [
         ("image", 16, "mid-epoch, killed 4 steps after the step-12 checkpoint, last.ckpt truncated"),
         ("image", 21, "epoch boundary"),
         ("text", 16, "mid-epoch, after a validation with sampling at step 10"),
     ],
 )
-def test_killed_run_resumes_bit_identical(task, kill_at, where, uninterrupted, tmp_path):
-    killed = run_fit(tmp_path, kill_at=kill_at, task=task)
+def test_killed_run_resumes_bit_identical(task, kill_step, where, uninterrupted, tmp_path):
+    killed = run_fit(tmp_path, kill_step=kill_step, task=task)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     checkpoints = tmp_path / "runs" / TASKS[task][1] / "version_0" / "checkpoints"
-    if (task, kill_at) == ("image", 16):
+    if (task, kill_step) == ("image", 16):
         # What a save interrupted without atomic writes leaves: resume falls back to the step checkpoint.
         last = checkpoints / "last.ckpt"
         last.write_bytes(last.read_bytes()[:1000])
         os.utime(last)
     resumed = run_fit(tmp_path, "--ckpt_path=last", task=task)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    if (task, kill_at) == ("image", 16):
+    if (task, kill_step) == ("image", 16):
         assert "Skipping unreadable checkpoint" in resumed.stderr and "last.ckpt" in resumed.stderr
         assert "step0012.ckpt" in resumed.stderr + resumed.stdout
 

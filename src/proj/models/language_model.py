@@ -111,22 +111,16 @@ class LanguageModel(TaskModule):
 
     def setup(self, stage: str) -> None:
         # A model loaded from a checkpoint knows its characters; the data must encode the same ones.
-        self.check_same_vocab(getattr(self.trainer.datamodule, "vocab", None), "the data")
+        data_vocab = getattr(self.trainer.datamodule, "vocab", None)
+        if isinstance(data_vocab, str):
+            check_same_vocab(self.vocab, data_vocab)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Under the CLI the vocabulary is linked from the data, so --ckpt_path on another text
         # shows only here.
-        self.check_same_vocab(checkpoint.get("hyper_parameters", {}).get("vocab"), "the checkpoint")
-
-    def check_same_vocab(self, other: object, where: str) -> None:
-        if not isinstance(other, str) or other == self.vocab:
-            return
-        checkpoint, data = (other, self.vocab) if where == "the checkpoint" else (self.vocab, other)
-        raise ValueError(
-            f"The checkpoint's vocabulary differs from the data's ({vocab_difference(checkpoint, data)}): "
-            "a checkpoint only works on the characters it was trained on. Point data.init_args.path at "
-            "the text the checkpoint was trained on, or train on this text without --ckpt_path."
-        )
+        saved = checkpoint.get("hyper_parameters", {}).get("vocab")
+        if isinstance(saved, str):
+            check_same_vocab(saved, self.vocab)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         # Every token counts once, in a short last batch too. Per-token values rather than a batch
@@ -240,6 +234,19 @@ class LanguageModel(TaskModule):
                 )
             for name in matched:
                 self.get_parameter(name).requires_grad_(False)
+
+
+def check_same_vocab(checkpoint_vocab: str, data_vocab: str) -> None:
+    """Refuse a checkpoint on a text of other characters: with as many characters it would load
+    and silently read every character as another."""
+    if checkpoint_vocab == data_vocab:
+        return
+    difference = vocab_difference(checkpoint_vocab, data_vocab)
+    raise ValueError(
+        f"The checkpoint's vocabulary differs from the data's ({difference}): "
+        "a checkpoint only works on the characters it was trained on. Point data.init_args.path at "
+        "the text the checkpoint was trained on, or train on this text without --ckpt_path."
+    )
 
 
 def vocab_difference(theirs: object, ours: str) -> str:
