@@ -147,7 +147,8 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
             f"(with the checkpoints validation triggers), {fit_ms:.0f} ms each against "
             f"{loop_ms:.0f} ms for the same steps of the plain loop"
         )
-    floor, added = rates["bare Trainer"] / rates["plain loop"], rates["proj fit"] / rates["bare Trainer"]
+    floor = rates["bare Trainer"] / rates["plain loop"]
+    added = rates["proj fit"] / rates["bare Trainer"]
     print(f"  bare Trainer / plain loop {floor:.3f}; proj fit / bare Trainer {added:.3f}")
     ratio = rates["proj fit"] / rates["plain loop"]
     print(f"  {experiment} ratio {ratio:.3f}")

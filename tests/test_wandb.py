@@ -29,6 +29,9 @@ def fit(folder: Path, *args: str) -> None:
     when the run's process has exited."""
     # W&B starts a service process of its own; on a busy machine that can take longer than its default.
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": SECRET, "WANDB_INIT_TIMEOUT": "300"}
+    # A test that used W&B in this process left its service's address here: a fit connecting to that
+    # service finds the run it resumes still registered there ("run ID ... is in use").
+    env.pop("WANDB_SERVICE", None)
     command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
                "--config", config("logger/wandb.yaml"), *QUICK, *args]  # fmt: skip
     result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
