@@ -37,8 +37,28 @@ EXPERIMENT_ARGS = {
 TASKS = {"image": ("digits.yaml", "digits"), "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu")}
 
 
+# One epoch of two training batches, one batch each of validation and test, no progress bar.
+TINY_FIT = (
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=1",
+    "--trainer.limit_test_batches=1",
+    "--trainer.enable_progress_bar=false",
+)
+
+
 def config(name: str) -> str:
     return str(CONFIGS / name)
+
+
+def fit(*configs: str, extra: tuple[str, ...] = ()):
+    """``fit`` in this process on the shipped configs ``configs`` (stacked in order), then ``extra``."""
+    from proj.cli import main
+
+    args = ["fit"]
+    for name in configs:
+        args += ["--config", config(name)]
+    return main([*args, *extra])
 
 
 def small_gpt(*extra: str) -> tuple[str, ...]:

@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import config
+from conftest import TINY_FIT, config, fit
 from proj.cli import main
-
-
-def fit(*configs: str, extra: tuple[str, ...] = ()):
-    args = ["fit"]
-    for name in configs:
-        args += ["--config", config(name)]
-    return main([*args, *extra])
 
 
 @pytest.mark.parametrize(
@@ -33,15 +26,8 @@ def test_fast_dev_run(experiment, image_data):
 
 @pytest.mark.slow
 def test_each_run_gets_its_own_directory_with_its_config(workdir):
-    quick = (
-        "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=2",
-        "--trainer.limit_val_batches=1",
-        "--trainer.limit_test_batches=1",
-        "--trainer.enable_progress_bar=false",
-    )
-    fit("digits.yaml", extra=quick)
-    fit("digits.yaml", extra=(*quick, "--data.batch_size=32"))
+    fit("digits.yaml", extra=TINY_FIT)
+    fit("digits.yaml", extra=(*TINY_FIT, "--data.batch_size=32"))
     runs = sorted((workdir / "runs" / "digits").iterdir())
     assert [r.name for r in runs] == ["version_0", "version_1"]
     for run in runs:
@@ -197,17 +183,10 @@ def test_wandb_runs_each_get_their_own_config(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", "300")
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-that-must-not-be-written-0123456789")
-    quick = (
-        "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=2",
-        "--trainer.limit_val_batches=1",
-        "--test_after_fit=false",
-        "--trainer.enable_progress_bar=false",
-    )
     import wandb
 
     for _ in range(2):
-        fit("digits.yaml", "logger/wandb.yaml", extra=quick)
+        fit("digits.yaml", "logger/wandb.yaml", extra=(*TINY_FIT, "--test_after_fit=false"))
         wandb.finish()  # as a notebook would; separate processes get separate W&B runs anyway
     run_dirs = sorted(p.parent for p in (workdir / "runs").glob("*/*/config.yaml"))
     assert len(run_dirs) == 2 and run_dirs[0] != run_dirs[1]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import config
+from conftest import TINY_FIT, fit
 from proj.data import CIFAR10DataModule, DigitsDataModule, FashionMNISTDataModule, MNISTDataModule
 from proj.models.image_classifier import misclassified_figure
 
@@ -45,17 +45,7 @@ def test_misclassified_grid_titles_each_image_with_true_and_predicted_class():
 def test_tensorboard_receives_the_pictures_at_the_end_of_validation_and_test(workdir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from proj.cli import main
-
-    quick = (
-        "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=2",
-        "--trainer.limit_val_batches=1",
-        "--trainer.limit_test_batches=1",
-        "--trainer.enable_progress_bar=false",
-    )
-    args = ["fit", "--config", config("digits.yaml"), "--config", config("logger/tensorboard.yaml")]
-    cli = main([*args, *quick])
+    cli = fit("digits.yaml", "logger/tensorboard.yaml", extra=TINY_FIT)
     events = EventAccumulator(cli.trainer.logger.log_dir)
     events.Reload()
     assert sorted(events.Tags()["images"]) == sorted(PICTURES)

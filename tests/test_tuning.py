@@ -10,9 +10,8 @@ from functools import partial
 import pytest
 import torch
 
-from conftest import config
+import conftest
 from proj.callbacks import BatchSizeFinder, LearningRateFinder
-from proj.cli import main
 from proj.models import ImageClassifier
 from proj.nets import MLP
 
@@ -25,10 +24,7 @@ QUICK = (
 
 
 def fit(*configs: str, extra: tuple[str, ...] = ()):
-    args = ["fit"]
-    for name in configs:
-        args += ["--config", config(name)]
-    return main([*args, *QUICK, *extra])
+    return conftest.fit(*configs, extra=(*QUICK, *extra))
 
 
 def callback(cli, kind: type):

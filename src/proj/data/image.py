@@ -64,7 +64,7 @@ class ImageDataModule(ResumableDataModule):
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.splits: dict[str, TensorImageDataset] = {}
-        self._normalisation: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._normalisation: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def load(self, train: bool) -> Split:
         """The official training (``train=True``) or test set as uint8 images and int64 labels."""
@@ -117,10 +117,10 @@ class ImageDataModule(ResumableDataModule):
     def normalisation(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``mean`` and ``std`` as ``(1, C, 1, 1)`` tensors on ``device``, made once: a tensor made
         from Python numbers on a GPU waits for its copy, which would be a host sync per batch."""
-        if self._normalisation is None or self._normalisation[0].device != device:
+        if device not in self._normalisation:
             mean, std = (torch.tensor(v, device=device).view(1, -1, 1, 1) for v in (self.mean, self.std))
-            self._normalisation = (mean, std)
-        return self._normalisation
+            self._normalisation[device] = (mean, std)
+        return self._normalisation[device]
 
 
 class DigitsDataModule(ImageDataModule):
