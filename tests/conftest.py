@@ -74,12 +74,11 @@ def small_gpt(*extra: str) -> tuple[str, ...]:
 
 def step_checkpoints(every: int) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: a checkpoint every ``every`` steps, named
-    by its step, and ``last.ckpt``."""
+    by its step (the experiment's ``LastCheckpoint`` keeps ``last.ckpt``)."""
     return f"""
     - class_path: lightning.pytorch.callbacks.ModelCheckpoint
       init_args:
         every_n_train_steps: {every}
-        save_last: true
         filename: "step{{step:04d}}"
         auto_insert_metric_name: false
 """

@@ -52,10 +52,17 @@ def final_state(run: Path) -> dict[str, torch.Tensor]:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
 
 
-def metric_rows(run: Path) -> list[tuple[str, str]]:
+def metric_rows(run: Path) -> list[tuple[int, str, str]]:
+    """Every value metrics.csv holds, by step and name, but the speed and memory readings."""
     with open(run / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    return sorted((row["step"], row["train/loss"]) for row in rows if row.get("train/loss"))
+    timing = ("per_sec", "peak_memory", "mfu")
+    return sorted(
+        (int(row["step"]), name, value)
+        for row in rows
+        for name, value in row.items()
+        if value and name != "step" and not any(word in name for word in timing)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,22 @@
 """Callbacks Lightning lacks."""
 
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
+from proj.callbacks.last_checkpoint import LastCheckpoint
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
+from proj.callbacks.validate_at_end import ValidateAtEnd
 
 __all__ = [
     "BatchSizeFinder",
     "DivergenceError",
     "ExactResume",
+    "LastCheckpoint",
     "LearningRateFinder",
     "Preempted",
     "Preemption",
     "StopOnDivergence",
     "TrainingThroughput",
+    "ValidateAtEnd",
 ]

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
+from proj.callbacks.resume import gather
 from proj.media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
@@ -77,13 +78,32 @@ class ImageClassifier(TaskModule):
         # sync of their input checks (a quarter of a millisecond per step on a CPU).
         self._train_preds: list[torch.Tensor] = []
         self._train_targets: list[torch.Tensor] = []
+        self._resumed_train_outputs: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def example_input(self) -> torch.Tensor | None:
+        shape = getattr(self.trainer.datamodule, "input_shape", None)
+        return torch.zeros(2, *shape) if shape else None
+
     def on_train_start(self) -> None:
         # The sanity-check validation ran on an untrained model: it must not count as a best.
         self.val_acc_best.reset()
+        if self._resumed_train_outputs is not None:
+            preds, targets = self._resumed_train_outputs[self.global_rank]
+            self._train_preds, self._train_targets = [preds.to(self.device)], [targets.to(self.device)]
+            self._resumed_train_outputs = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A checkpoint taken mid-epoch keeps the epoch's training predictions so far (every rank's),
+        # so train/acc and train/f1 of a resumed epoch still cover the whole epoch.
+        if self._train_preds:
+            mine = (torch.cat(self._train_preds).cpu(), torch.cat(self._train_targets).cpu())
+            checkpoint["train_epoch_outputs"] = gather(self.trainer, mine)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._resumed_train_outputs = checkpoint.get("train_epoch_outputs")
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
