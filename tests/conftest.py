@@ -84,14 +84,15 @@ def step_checkpoints(every: int) -> str:
 """
 
 
-def kill_at(step: int, group: bool = False) -> str:
+def kill_at(step: int, group: bool = False, rank: int | None = None) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
-    rank of the job at once)."""
+    rank of the job at once; ``rank``: that rank only)."""
     return f"""
     - class_path: faults.KillAtStep
       init_args:
         step: {step}
         group: {str(group).lower()}
+        rank: {"null" if rank is None else rank}
 """
 
 

@@ -424,7 +424,7 @@ def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
 
 def lost_a_peer(error: BaseException) -> bool:
     """Whether ``error`` is a collective failing because another rank died (``kill -9``, a lost node)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if not torch.distributed.is_available():
         return False
     text = str(error)
     return isinstance(error, torch.distributed.DistError) or any(

@@ -64,7 +64,8 @@ class ImageClassifier(TaskModule):
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
-        self.val_acc_best = MaxMetric()
+        # Kept in checkpoints, so a resumed run still knows the best accuracy from before.
+        self.val_acc_best = MaxMetric().persistent(True)
         # Per-sample losses averaged over the whole split, so a short last batch or an uneven DDP
         # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
         self.val_loss = MeanMetric(nan_strategy="disable")
@@ -88,8 +89,6 @@ class ImageClassifier(TaskModule):
         return torch.zeros(2, *shape) if shape else None
 
     def on_train_start(self) -> None:
-        # The sanity-check validation ran on an untrained model: it must not count as a best.
-        self.val_acc_best.reset()
         if self._resumed_train_outputs is not None:
             preds, targets = self._resumed_train_outputs[self.global_rank]
             self._train_preds, self._train_targets = [preds.to(self.device)], [targets.to(self.device)]
@@ -132,8 +131,10 @@ class ImageClassifier(TaskModule):
         self._evaluate(batch, "val", self.val_metrics, self.val_loss, self.val_confusion)
 
     def on_validation_epoch_end(self) -> None:
-        self.val_acc_best(self.val_metrics["acc"].compute())
-        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+        # The sanity check validates untrained weights: it must not count as a best.
+        if not self.trainer.sanity_checking:
+            self.val_acc_best(self.val_metrics["acc"].compute())
+            self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
         self._log_pictures("val", self.val_confusion)
 
     def on_test_epoch_start(self) -> None:
