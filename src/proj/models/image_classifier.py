@@ -65,7 +65,8 @@ class ImageClassifier(TaskModule):
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
         # Kept in checkpoints, so a resumed run still knows the best accuracy from before.
-        self.val_acc_best = MaxMetric().persistent(True)
+        self.val_acc_best = MaxMetric()
+        self.val_acc_best.persistent(True)
         # Per-sample losses averaged over the whole split, so a short last batch or an uneven DDP
         # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
         self.val_loss = MeanMetric(nan_strategy="disable")
