@@ -54,3 +54,18 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
     summary = re.search(r"\| net\s+\| (\w+)", fit.stderr)  # Lightning's model summary, logged
     assert summary and summary.group(1) == net, fit.stderr[-3000:]
     assert "test/acc" in fit.stdout
+
+    # Then as the README goes on: train, predict with the newest checkpoint, resume it for longer.
+    trained = run("-m", "proj", "fit", "--config", experiment, "--trainer.max_epochs=1")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_dir = f"runs/{name.removesuffix('.yaml')}/version_0"
+    assert f"Run directory: {run_dir}" in trained.stderr
+    predicted = run("-m", "proj", "predict", "--config", experiment, "--ckpt_path", "last")
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    assert f"Predictions written to {run_dir}/predictions.csv" in predicted.stdout
+    resumed = run(
+        "-m", "proj", "fit", "--config", experiment, "--ckpt_path", "last", "--trainer.max_epochs=2"
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Last checkpoint: {run_dir}/checkpoints/last.ckpt" in resumed.stderr
+    assert sorted(p.name for p in (copy / run_dir).parent.iterdir()) == ["version_0"]

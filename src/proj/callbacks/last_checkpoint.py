@@ -11,9 +11,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """Writes ``last.ckpt`` every ``every_n_train_steps`` optimizer steps, after every validation and
-    when ``fit`` ends, so resuming never repeats more than those steps and the final weights are on
-    disk whatever the monitored metric did.
+    """Writes ``last.ckpt`` every ``every_n_train_steps`` optimizer steps, after every validation, at
+    each epoch's end and when ``fit`` ends, so resuming never repeats more than those steps and the
+    final weights are on disk whatever the monitored metric did.
 
     Lightning's own ``save_last`` rewrites ``last.ckpt`` only on steps where its callback saved a
     top-k file: after a validation that did not improve, or at the end of a run whose metric had
@@ -35,20 +35,26 @@ class LastCheckpoint(ModelCheckpoint):
             self.write_last(trainer)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.write_last(trainer)
+        # A validation after an epoch's last batch is followed by the epoch's end, saved below.
+        if not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            self.write_last(trainer)
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        return
+        # After the epoch's end, where Lightning's ModelCheckpoint saves the best: last.ckpt stays
+        # the newest file (this callback comes after it) and holds the finished epoch, also when
+        # this step was saved already.
+        self.write_last(trainer, again=True)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.write_last(trainer)
 
-    def write_last(self, trainer: Trainer) -> None:
+    def write_last(self, trainer: Trainer, again: bool = False) -> None:
         if (
             trainer.fast_dev_run
             or trainer.sanity_checking
             or trainer.state.fn != TrainerFn.FITTING
-            or trainer.global_step in (0, self._saved_at)
+            or trainer.global_step == 0
+            or (trainer.global_step == self._saved_at and not again)
         ):
             return
         path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
