@@ -1,6 +1,7 @@
 """Callbacks Lightning lacks."""
 
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
+from proj.callbacks.lr_monitor import LearningRateMonitor
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
@@ -11,6 +12,7 @@ __all__ = [
     "DivergenceError",
     "ExactResume",
     "LearningRateFinder",
+    "LearningRateMonitor",
     "Preempted",
     "Preemption",
     "StopOnDivergence",
