@@ -22,7 +22,9 @@ def build(*configs: str, extra: tuple[str, ...] = ()):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, workdir):
-    from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    from proj.callbacks import LearningRateMonitor
 
     cli = build(experiment, extra=experiment_args(experiment))
     kinds = {type(cb) for cb in cli.trainer.callbacks}

@@ -1,10 +1,12 @@
 """The tuning overlays: Lightning's learning-rate and batch-size finders from the command line,
-their results applied to the run and kept through checkpoints and resumes."""
+reporting what they find and leaving the run as configured, or, with apply: true, training with it,
+the schedule following, and kept through checkpoints and resumes."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import math
+import logging
 from functools import partial
 
 import pytest
@@ -12,6 +14,7 @@ import torch
 
 import conftest
 from proj.callbacks import BatchSizeFinder, LearningRateFinder
+from proj.callbacks.tuning import suggest_lr
 from proj.models import ImageClassifier
 from proj.nets import MLP
 
@@ -21,6 +24,12 @@ QUICK = (
     "--test_after_fit=false",
     "--trainer.enable_progress_bar=false",
 )
+
+
+# Set after an overlay, a callback's init_args flag reaches the callback the overlay appended last.
+APPLY = "--trainer.callbacks.init_args.apply=true"
+# What the shipped digits run does, in 5 epochs instead of 30: enough for the LR search's 100 steps.
+SHORT_RUN = ("--trainer.max_epochs=5", "--trainer.enable_progress_bar=false")
 
 
 def fit(*configs: str, extra: tuple[str, ...] = ()):
@@ -35,6 +44,17 @@ def scheduler(cli):
     return cli.trainer.lr_scheduler_configs[0].scheduler
 
 
+@contextlib.contextmanager
+def lightning_messages(caplog: pytest.LogCaptureFixture):
+    """Lightning's info messages, which its logger keeps from the root logger that caplog reads."""
+    logger = logging.getLogger("lightning.pytorch")
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
 def test_lr_is_the_optimizers_rate_and_a_new_one_builds_the_optimizer():
     optimizer = partial(torch.optim.AdamW, lr=0.01)
     model = ImageClassifier(MLP(10, (1, 8, 8)), num_classes=10, optimizer=optimizer, scheduler=None)
@@ -44,38 +64,79 @@ def test_lr_is_the_optimizers_rate_and_a_new_one_builds_the_optimizer():
     assert [group["lr"] for group in model.configure_optimizers().param_groups] == [0.002, 0.002]
 
 
+def test_suggested_lr_is_a_tenth_of_the_lowest_loss_inside_the_range():
+    lrs = [10 ** (-6 + i / 10) for i in range(60)]
+    falling_then_rising = [3.0 - i / 30 if i < 40 else 1.7 + (i - 40) / 5 for i in range(60)]
+    assert suggest_lr(lrs, falling_then_rising) == float(f"{lrs[39] / 10:.3g}")
+    # Still falling where the search stopped, or never falling: no minimum, no suggestion.
+    assert suggest_lr(lrs, [3.0 - i / 30 for i in range(60)]) is None
+    assert suggest_lr(lrs, [1.0 + i / 30 for i in range(60)]) is None
+    assert suggest_lr(lrs[:12], falling_then_rising[:12]) is None  # too few steps past the skipped ones
+
+
+@pytest.fixture(scope="module")
+def default_accuracy(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """test/acc of the digits run without an overlay, shared by the overlays' comparisons."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(tmp_path_factory.mktemp("default"))
+        cli = conftest.fit("digits.yaml", extra=SHORT_RUN)
+    return float(cli.trainer.callback_metrics["test/acc"])
+
+
 @pytest.mark.slow
-def test_lr_finder_trains_with_the_rate_it_suggests_and_checkpoints_keep_it(workdir):
-    # Five epochs of 3 batches cut the search short (15 of its 100 steps), enough for a suggestion;
-    # the training after it stops at the end of its first epoch, step 3.
-    short = ("--trainer.max_epochs=5", "--trainer.limit_train_batches=3")
+@pytest.mark.parametrize("overlay", ["tune/lr_find.yaml", "tune/batch_size.yaml"])
+def test_shipped_overlay_reports_and_trains_no_worse_than_the_default(
+    overlay, default_accuracy, workdir, caplog
+):
+    with lightning_messages(caplog):
+        tuned = conftest.fit("digits.yaml", overlay, extra=SHORT_RUN)
+    assert float(tuned.trainer.callback_metrics["test/acc"]) >= default_accuracy - 0.01
+    # The configured rate and batch stay (5 epochs of 21 batches of 64); the suggestion is printed
+    # with the line that sets it.
+    assert tuned.model.lr == scheduler(tuned).base_lrs[0] == 0.003
+    assert tuned.datamodule.batch_size == 64
+    assert scheduler(tuned).total_steps == tuned.trainer.global_step == 5 * 21
+    if overlay == "tune/lr_find.yaml":
+        found = callback(tuned, LearningRateFinder).suggested_lr
+        assert found is not None and found != 0.003
+        assert f"set model.init_args.optimizer.init_args.lr: {found:.3g} in the config" in caplog.text
+        run = workdir / "runs" / "digits" / "version_0"
+        assert (run / "lr_find.png").stat().st_size > 0
+        with open(run / "lr_find.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 100 and float(rows[0]["lr"]) == pytest.approx(1e-6)
+    else:
+        # 1,294 training images: 128 is the largest doubling of 32 that leaves 10 steps an epoch.
+        assert callback(tuned, BatchSizeFinder).optimal_batch_size == 128
+        assert (
+            "set data.init_args.batch_size: 128, model.init_args.optimizer.init_args.lr: 0.00424 "
+            "(square-root scaling from 64) and model.init_args.scheduler.init_args.warmup_steps: 25"
+        ) in caplog.text
+
+
+@pytest.mark.slow
+def test_applied_lr_is_trained_with_and_checkpoints_keep_it(workdir):
+    # Five epochs hold the search's 100 steps; the training after it stops at step 3.
+    short = (APPLY, "--trainer.max_epochs=5")
     cli = fit("digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_steps=3"))
-    finder = callback(cli, LearningRateFinder)
-    found = finder.optimal_lr.suggestion()
-    assert found is not None and not math.isclose(found, 0.003)
+    found = callback(cli, LearningRateFinder).suggested_lr
+    assert found is not None and found != 0.003
     optimizer = cli.trainer.optimizers[0]
     assert [group["initial_lr"] for group in optimizer.param_groups] == [found, found]
     assert scheduler(cli).base_lrs == [found, found]
+    assert scheduler(cli).total_steps == cli.trainer.global_step == 3
     assert optimizer.param_groups[0]["lr"] == pytest.approx(found * scheduler(cli).factor(3))
     assert cli.model.lr == found
 
-    run = workdir / "runs" / "digits" / "version_0"
-    assert (run / "lr_find.png").stat().st_size > 0
-    with open(run / "lr_find.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert [float(row["lr"]) for row in rows] == finder.optimal_lr.results["lr"]
-    assert [float(row["loss"]) for row in rows] == finder.optimal_lr.results["loss"]
-    assert float(rows[0]["lr"]) == pytest.approx(1e-6)
-
     # The checkpoint records the rate trained with, so loading or resuming rebuilds that optimizer.
-    last = run / "checkpoints" / "last.ckpt"
+    last = workdir / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)["hyper_parameters"]
     assert saved["optimizer"]["init_args"]["lr"] == found
     assert ImageClassifier.load_from_checkpoint(last, weights_only=True).lr == found
 
     # Resumed, the finder does not search again, and training continues at the found rate.
     resumed = fit(
-        "digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_epochs=2", f"--ckpt_path={last}")
+        "digits.yaml", "tune/lr_find.yaml", extra=(*short, "--trainer.max_steps=6", f"--ckpt_path={last}")
     )
     assert callback(resumed, LearningRateFinder).optimal_lr is None
     assert scheduler(resumed).base_lrs == [found, found]
@@ -83,17 +144,19 @@ def test_lr_finder_trains_with_the_rate_it_suggests_and_checkpoints_keep_it(work
 
 
 @pytest.mark.slow
-def test_batch_size_finder_trains_with_the_size_it_finds(workdir):
-    cli = fit("digits.yaml", "tune/batch_size.yaml")
-    size = callback(cli, BatchSizeFinder).optimal_batch_size
-    # On a CPU nothing runs out of memory: doubling from init_val (32) ends once a batch holds
-    # the whole training set.
-    assert size == 32 * 2 ** math.ceil(math.log2(len(cli.datamodule.splits["train"]) / 32))
-    assert cli.datamodule.batch_size == cli.trainer.train_dataloader.batch_size == size
-    assert cli.datamodule.hparams.batch_size == size  # what checkpoints and loggers record
-    # The schedule was built again for the new number of steps (1 per epoch instead of 21).
-    assert scheduler(cli).total_steps == cli.trainer.num_training_batches == 1
+def test_applied_batch_size_brings_its_rate_warmup_and_schedule_length(workdir):
+    cli = fit("digits.yaml", "tune/batch_size.yaml", extra=(APPLY, "--trainer.max_epochs=3"))
+    assert callback(cli, BatchSizeFinder).optimal_batch_size == 128
+    assert cli.datamodule.batch_size == cli.trainer.train_dataloader.batch_size == 128
+    assert cli.datamodule.hparams.batch_size == 128  # what checkpoints and loggers record
+    # Square-root scaling from 64, and the warmup over as many images as the configured 50 steps.
+    assert cli.model.lr == scheduler(cli).base_lrs[0] == 0.00424
+    assert cli.model.hparams.optimizer["init_args"]["lr"] == 0.00424
+    assert cli.model.warmup_steps == scheduler(cli).warmup_steps == 25
+    assert cli.model.hparams.scheduler["init_args"]["warmup_steps"] == 25
+    # The schedule spans the run's real optimizer steps: 3 epochs of ceil(1294 / 128) = 11.
+    assert scheduler(cli).total_steps == cli.trainer.global_step == 33
 
     cli.trainer.save_checkpoint("tuned.ckpt")
-    with pytest.raises(ValueError, match=rf"Resume with --data.init_args.batch_size={size}\."):
+    with pytest.raises(ValueError, match=r"Resume with --data.init_args.batch_size=128\."):
         fit("digits.yaml", "tune/batch_size.yaml", extra=("--ckpt_path=tuned.ckpt",))

@@ -16,12 +16,13 @@ def param_groups(module: nn.Module) -> list[dict]:
     Decaying a bias or a LayerNorm gain only pulls it towards zero without regularising anything,
     so AdamW's decoupled decay is applied to parameters with two or more dimensions only. The
     decayed group carries no ``weight_decay`` key, so it gets the optimizer's configured value.
-    Frozen parameters (``requires_grad=False``) are left out of the optimizer entirely.
+    Frozen parameters (``requires_grad=False``) are left out of the optimizer entirely. The names
+    are what ``proj.callbacks.LearningRateMonitor`` logs a group's rate under when the rates differ.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
-    return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "name": "decay"}, {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
 
 
 class WarmupCosineLR(LRScheduler):

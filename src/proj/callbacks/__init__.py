@@ -2,6 +2,7 @@
 
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
 from proj.callbacks.last_checkpoint import LastCheckpoint
+from proj.callbacks.lr_monitor import LearningRateMonitor
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
@@ -14,6 +15,7 @@ __all__ = [
     "ExactResume",
     "LastCheckpoint",
     "LearningRateFinder",
+    "LearningRateMonitor",
     "Preempted",
     "Preemption",
     "StopOnDivergence",

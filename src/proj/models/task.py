@@ -39,7 +39,8 @@ class TaskModule(LightningModule):
         self.scheduler_interval = scheduler_interval
         self.scheduler_monitor = scheduler_monitor
         self._lr: float | None = None
-        self._built_for: tuple[float, float | None] | None = None
+        self._warmup_steps: int | None = None
+        self._built_for: tuple[float, float | None, int | None] | None = None
         check_optimization(optimizer, scheduler)
         self.compiled = compile
         if compile:
@@ -72,9 +73,9 @@ class TaskModule(LightningModule):
     def lr(self) -> float:
         """The learning rate the optimizer starts from (the schedule's peak).
 
-        Lightning's ``LearningRateFinder`` finds it by this name and sets it. The new value also
-        goes into the optimizer's hyperparameters, so a checkpoint records the rate the run trained
-        with and ``--ckpt_path`` or ``load_from_checkpoint`` rebuild the same optimizer.
+        The finders in ``proj.callbacks`` set it when asked to apply what they found. The new value
+        also goes into the optimizer's hyperparameters, so a checkpoint records the rate the run
+        trained with and ``--ckpt_path`` or ``load_from_checkpoint`` rebuild the same optimizer.
         """
         if self._lr is not None:
             return self._lr
@@ -83,22 +84,46 @@ class TaskModule(LightningModule):
     @lr.setter
     def lr(self, value: float) -> None:
         self._lr = float(value)
-        saved = self.hparams.get("optimizer")
+        self._record("optimizer", "lr", self._lr)
+
+    @property
+    def warmup_steps(self) -> int | None:
+        """The warmup of a ``WarmupCosineLR`` schedule in optimizer steps (None for other schedules).
+
+        ``BatchSizeFinder`` sets it when it changes the batch, so that the warmup spans as many
+        samples as configured; like ``lr``, the new value goes into the saved hyperparameters.
+        """
+        if self._warmup_steps is not None:
+            return self._warmup_steps
+        if self.scheduler is None:
+            return None
+        trial = self.scheduler(self.optimizer([torch.nn.Parameter(torch.zeros(1))]))
+        return trial.warmup_steps if isinstance(trial, WarmupCosineLR) else None
+
+    @warmup_steps.setter
+    def warmup_steps(self, value: int) -> None:
+        self._warmup_steps = int(value)
+        self._record("scheduler", "warmup_steps", self._warmup_steps)
+
+    def _record(self, key: str, name: str, value: float) -> None:
+        saved = self.hparams.get(key)
         if isinstance(saved, dict) and isinstance(saved.get("init_args"), dict):
-            self.hparams["optimizer"] = {**saved, "init_args": {**saved["init_args"], "lr": self._lr}}
+            self.hparams[key] = {**saved, "init_args": {**saved["init_args"], name: value}}
 
     def configure_optimizers(self) -> Any:
         groups = param_groups(self)
         if self._lr is not None:
             groups = [{**group, "lr": self._lr} for group in groups]
         optimizer = self.optimizer(groups)
-        self._built_for = (self.lr, None)
+        self._built_for = (self.lr, None, self._warmup_steps)
         if self.scheduler is None:
             return optimizer
         scheduler = self.scheduler(optimizer)
+        if isinstance(scheduler, WarmupCosineLR) and self._warmup_steps is not None:
+            scheduler.warmup_steps = self._warmup_steps
         if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
             total = self.trainer.estimated_stepping_batches
-            self._built_for = (self.lr, total)
+            self._built_for = (self.lr, total, self._warmup_steps)
             if math.isfinite(total):
                 scheduler.total_steps = int(total)
         if isinstance(scheduler, ReduceLROnPlateau):
@@ -113,12 +138,13 @@ class TaskModule(LightningModule):
 
     def on_fit_start(self) -> None:
         # Lightning's LearningRateFinder and BatchSizeFinder run in the callbacks' on_fit_start,
-        # after the optimizer and schedule were built: build them again with the rate and the
-        # number of steps they found. A resumed run's optimizer state is restored after this hook.
+        # after the optimizer and schedule were built: build them again with the rate, warmup and
+        # number of steps they set. A resumed run's optimizer state is restored after this hook.
         if self._built_for is None:
             return
-        lr, total = self._built_for
-        if lr != self.lr or (total is not None and total != self.trainer.estimated_stepping_batches):
+        lr, total, warmup = self._built_for
+        steps_changed = total is not None and total != self.trainer.estimated_stepping_batches
+        if lr != self.lr or warmup != self._warmup_steps or steps_changed:
             self.trainer.strategy.setup_optimizers(self.trainer)
 
     def is_logging_step(self) -> bool:
