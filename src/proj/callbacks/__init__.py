@@ -1,6 +1,12 @@
-"""Callbacks Lightning lacks."""
+"""Callbacks Lightning lacks, and the prediction writers built on its ``BasePredictionWriter``."""
 
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
+from proj.callbacks.prediction_writer import (
+    ClassPredictionWriter,
+    PredictionFileWriter,
+    TextPredictionWriter,
+    writer_when_predicting,
+)
 from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
@@ -8,11 +14,15 @@ from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
 
 __all__ = [
     "BatchSizeFinder",
+    "ClassPredictionWriter",
     "DivergenceError",
     "ExactResume",
     "LearningRateFinder",
+    "PredictionFileWriter",
     "Preempted",
     "Preemption",
     "StopOnDivergence",
+    "TextPredictionWriter",
     "TrainingThroughput",
+    "writer_when_predicting",
 ]
