@@ -1,6 +1,7 @@
 """Callbacks Lightning lacks, and the prediction writers built on its ``BasePredictionWriter``."""
 
 from proj.callbacks.divergence import DivergenceError, StopOnDivergence
+from proj.callbacks.last_checkpoint import LastCheckpoint
 from proj.callbacks.prediction_writer import (
     ClassPredictionWriter,
     PredictionFileWriter,
@@ -11,12 +12,14 @@ from proj.callbacks.preemption import Preempted, Preemption
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
+from proj.callbacks.validate_at_end import ValidateAtEnd
 
 __all__ = [
     "BatchSizeFinder",
     "ClassPredictionWriter",
     "DivergenceError",
     "ExactResume",
+    "LastCheckpoint",
     "LearningRateFinder",
     "PredictionFileWriter",
     "Preempted",
@@ -24,5 +27,6 @@ __all__ = [
     "StopOnDivergence",
     "TextPredictionWriter",
     "TrainingThroughput",
+    "ValidateAtEnd",
     "writer_when_predicting",
 ]

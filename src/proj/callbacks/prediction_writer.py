@@ -20,6 +20,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.trainer.states import TrainerFn
 
+from proj.runs import run_directory
+
 
 class PredictionFileWriter(BasePredictionWriter):
     """Writes ``<stem><suffix>`` in the run directory (``stem-1``, ``stem-2``, … when taken) and
@@ -62,9 +64,6 @@ class PredictionFileWriter(BasePredictionWriter):
         rows = gather_on_rank_zero(trainer, rows)
         if not trainer.is_global_zero:
             return
-        # Imported here: proj.cli imports proj.callbacks.
-        from proj.cli import run_directory
-
         with new_file(Path(run_directory(trainer)), self.stem, self.suffix) as file:
             self.path = Path(file.name)
             self.write(trainer, file, sorted(rows, key=itemgetter(0)))

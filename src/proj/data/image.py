@@ -114,7 +114,11 @@ class ImageDataModule(ResumableDataModule):
     def predict_dataloader(self) -> DataLoader:
         return self.loader("test" if self.predict_path is None else "predict")
 
-    def on_after_batch_transfer(self, batch: Split, dataloader_idx: int) -> Split:
+    def on_after_batch_transfer(
+        self, batch: Split | torch.Tensor, dataloader_idx: int
+    ) -> Split | torch.Tensor:
+        if isinstance(batch, torch.Tensor):
+            return batch  # the model summary's example input, already a normalised float batch
         images, labels = batch
         x = images.float().div_(self.scale)
         if self.augment and self.trainer is not None and self.trainer.training:

@@ -113,7 +113,11 @@ class LanguageModel(TaskModule):
             self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def example_input(self) -> torch.Tensor | None:
+        return torch.zeros(2, self.net.block_size, dtype=torch.long)
+
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         # A model loaded from a checkpoint knows its characters; the data must encode the same ones.
         data_vocab = getattr(self.trainer.datamodule, "vocab", None)
         if isinstance(data_vocab, str):
