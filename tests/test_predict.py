@@ -188,7 +188,9 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
 def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):
     make(workdir / "mine")
     with pytest.raises((FileNotFoundError, ValueError), match=f"(?s){message}"):
-        predict("--config", config("digits.yaml"), "--data.init_args.predict_path=mine")
+        predict(
+            "--config", config("digits.yaml"), "--data.init_args.predict_path=mine", "--allow_untrained=true"
+        )
     assert not list(workdir.rglob("predictions*"))
 
 
