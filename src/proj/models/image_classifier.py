@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from matplotlib.figure import Figure
 from torch import nn
@@ -12,6 +13,7 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
+from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
 from proj.callbacks.resume import gather
 from proj.media import log_picture, takes_pictures
 from proj.models.task import TaskModule
@@ -32,6 +34,9 @@ class ImageClassifier(TaskModule):
     ``<stage>/misclassified``, a grid of up to 32 misclassified images with their true and predicted
     classes, drawn from rank 0's share. Class names and un-normalised pixels come from the data
     module (``classes``, ``to_pixels``) when it has them. Training steps are untouched.
+
+    ``predict`` writes ``predictions.csv`` (``proj.callbacks.ClassPredictionWriter``) in the run
+    directory: each sample's index or file name, its predicted class and that class's probability.
     """
 
     data_facts = ("num_classes", "input_shape")
@@ -151,6 +156,10 @@ class ImageClassifier(TaskModule):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
         probs = self(x).softmax(dim=-1)
         return {"probs": probs, "preds": probs.argmax(dim=-1)}
+
+    def configure_callbacks(self) -> list[Callback]:
+        # `predict` writes predictions.csv into the run directory; fit and test get nothing.
+        return writer_when_predicting(self, ClassPredictionWriter)
 
     def _evaluate(
         self,
