@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import os
 import pickle
 import sys
@@ -25,7 +26,7 @@ from lightning.pytorch.cli import (
     LightningCLI,
     SaveConfigCallback,
 )
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -48,7 +49,7 @@ def run_directory(trainer: Trainer) -> str:
 
 class RunConfigSaver(SaveConfigCallback):
     """Saves the resolved config as ``config.yaml`` in the run directory, once per run, and hands it
-    to W&B when the run logs there.
+    to W&B or MLflow when the run logs there.
 
     Lightning's own callback writes to ``trainer.log_dir``, which for W&B is the shared ``save_dir``:
     a second run there collides with the first. The run directory is decided on rank 0 and
@@ -68,6 +69,8 @@ class RunConfigSaver(SaveConfigCallback):
             for logger in trainer.loggers:
                 if isinstance(logger, WandbLogger):
                     upload_config(logger, path)
+                elif isinstance(logger, MLFlowLogger):
+                    upload_config_to_mlflow(logger, path)
         self.already_saved = True
 
 
@@ -84,6 +87,46 @@ def upload_config(logger: WandbLogger, path: Path) -> None:
     copy = Path(run.dir) / "run_config.yaml"
     copy.write_text(text)
     run.save(str(copy), base_path=run.dir, policy="now")
+
+
+def upload_config_to_mlflow(logger: MLFlowLogger, path: Path) -> None:
+    """The run's config in MLflow twice: as the run's params, one per dotted key such as
+    ``data.init_args.batch_size`` (the MLflow UI filters and compares runs by them), and as the
+    artifact ``config.yaml``, which ``fit --config`` repeats the run from.
+
+    MLflow refuses a param value over its length limit: such a value is cut, ends with a note saying
+    so, and is named in a warning; the artifact keeps it whole. Resumed, the run receives the config
+    that started it again, as the run directory holds it: MLflow accepts a param logged again only
+    with the same value.
+    """
+    from mlflow.entities import Param
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+
+    note = " ... [cut: whole in the artifact config.yaml]"
+    params = flat_params(yaml.safe_load(path.read_text()))
+    if too_long := [key for key, value in params.items() if len(value) > MAX_PARAM_VAL_LENGTH]:
+        rank_zero_warn(f"MLflow params cut to {MAX_PARAM_VAL_LENGTH} characters: {', '.join(too_long)}")
+    for key in too_long:
+        params[key] = params[key][: MAX_PARAM_VAL_LENGTH - len(note)] + note
+    entries = [Param(key, value) for key, value in params.items()]
+    client, run_id = logger.experiment, logger.run_id
+    for start in range(0, len(entries), MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run_id, params=entries[start : start + MAX_PARAMS_TAGS_PER_BATCH])
+    client.log_artifact(run_id, str(path))
+
+
+def flat_params(value: object, key: str = "") -> dict[str, str]:
+    """A config as ``{dotted key: text}``: mappings and lists of mappings (the callbacks) are
+    opened, so each setting is its own param; other values are written as JSON (``[32, 64]``,
+    ``true``, ``null``), strings as they are."""
+    if isinstance(value, dict) and value:
+        items = value.items()
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        items = enumerate(value)
+    else:
+        return {key: value if isinstance(value, str) else json.dumps(value, default=str)}
+    prefix = f"{key}." if key else ""
+    return {k: v for name, item in items for k, v in flat_params(item, f"{prefix}{name}").items()}
 
 
 class ProjCLI(LightningCLI):
@@ -168,31 +211,66 @@ def experiment_dir(config) -> Path | None:
     """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run.
 
     For W&B that is ``<save_dir>/<project>`` (its ``name`` titles a run), shared by every
-    experiment logging to the project.
+    experiment logging to the project; for MLflow, ``<save_dir>/<MLflow experiment id>``.
     """
     logger = config.trainer.get("logger")
     init_args = logger.get("init_args") if hasattr(logger, "get") else None
     if init_args is None:
         return None
     save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
-    if is_wandb(config):
+    kind = logger_kind(config)
+    if kind == "wandb":
         project = init_args.get("project") or os.environ.get("WANDB_PROJECT", "lightning_logs")
         return Path(save_dir) / project
+    if kind == "mlflow":
+        return mlflow_experiment_dir(init_args, config.trainer.get("default_root_dir"))
     name = init_args.get("name") or init_args.get("project") or "lightning_logs"
     return Path(save_dir) / str(name)
 
 
-def is_wandb(config) -> bool:
+def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
+    """The folder MLFlowLogger's runs get, as it names it: ``<save_dir>/<experiment id>``, where the
+    id is the tracking store's, so the store is asked, and ``save_dir`` is the folder of a ``file:``
+    store, else the Trainer's ``default_root_dir``. An experiment not in the store yet has no runs:
+    its folder is one that does not exist."""
+    from mlflow.tracking import MlflowClient
+
+    uri = init_args.get("tracking_uri") or f"file:{init_args.get('save_dir')}"  # as MLFlowLogger does
+    name = init_args.get("experiment_name")
+    experiment = MlflowClient(uri).get_experiment_by_name(name)
+    save_dir = uri.removeprefix("file:") if uri.startswith("file:") else default_root_dir or "."
+    return Path(save_dir) / (experiment.experiment_id if experiment else f"(no MLflow experiment {name})")
+
+
+def logger_kind(config) -> str | None:
+    """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
+    and share a folder with other experiments' runs; None for the others."""
     logger = config.trainer.get("logger")
     class_path = logger.get("class_path") if hasattr(logger, "get") else None
-    return bool(class_path) and issubclass(_import(class_path), WandbLogger)
+    if not class_path:
+        return None
+    cls = _import(class_path)
+    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
 
 
-def same_experiment(run: Path, name: str | None) -> bool:
-    """Whether a W&B run directory belongs to the experiment ``name``, by the config it saved."""
+def same_experiment(run: Path, config) -> bool:
+    """Whether a run directory in a shared folder belongs to this experiment, by the config it saved.
+
+    A W&B run carries the experiment's ``name`` (its title). MLFlowLogger takes no name, so the
+    experiment's is dropped when the overlay swaps the logger in: an MLflow run belongs if it trains
+    the same model, network and data classes.
+    """
+    kind = logger_kind(config)
+
+    def identity(config: dict) -> tuple:
+        if kind == "wandb":
+            return (config["trainer"]["logger"]["init_args"].get("name"),)
+        net = config["model"].get("init_args", {}).get("net")
+        net = net.get("class_path") if isinstance(net, dict) else net
+        return config["model"]["class_path"], net, config["data"]["class_path"]
+
     try:
-        saved = yaml.safe_load((run / "config.yaml").read_text())
-        return saved["trainer"]["logger"]["init_args"].get("name") == name
+        return identity(yaml.safe_load((run / "config.yaml").read_text())) == identity(config.as_dict())
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return False
 
@@ -209,22 +287,22 @@ def loadable(path: Path) -> bool:
 def resume_into_run(config, parser: LightningArgumentParser) -> None:
     """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment
     (``auto``: the same, or a fresh start when there is none, for job scripts that requeue), and
-    make any resumed checkpoint continue logging into its own run directory (for W&B: the same W&B
-    run, whose id is the directory's name).
+    make any resumed checkpoint continue logging into its own run directory (for W&B and MLflow:
+    the same run, whose id is the directory's name).
 
     Lightning's own ``last`` looks only in the new run's empty folder and then silently trains from
     scratch. Here every ``<experiment>/<version>/checkpoints/*.ckpt`` is a candidate, newest first;
     unreadable ones (a truncated save) are skipped with a warning; none at all is an error.
     """
     ckpt_path = config.get("ckpt_path")
-    root = experiment_dir(config)
+    root = None if ckpt_path is None else experiment_dir(config)  # MLflow's asks the tracking store
     if ckpt_path is None or root is None:
         return
+    kind = logger_kind(config)
     if ckpt_path in ("last", "auto"):
         candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-        if is_wandb(config):
-            name = config.trainer.logger.init_args.get("name")
-            candidates = [p for p in candidates if same_experiment(p.parent.parent, name)]
+        if kind is not None:
+            candidates = [p for p in candidates if same_experiment(p.parent.parent, config)]
         found = next((p for p in candidates if loadable(p)), None)
         if found is None and ckpt_path == "auto":
             config.ckpt_path = None
@@ -238,8 +316,11 @@ def resume_into_run(config, parser: LightningArgumentParser) -> None:
         config.ckpt_path = ckpt_path = str(found)
     run = Path(ckpt_path).resolve().parent.parent
     if Path(ckpt_path).parent.name == "checkpoints" and run.parent == root.resolve():
+        if kind == "mlflow":  # MLFlowLogger takes the run's id, and no version
+            config.trainer.logger.init_args.run_id = run.name
+            return
         version = run.name.removeprefix("version_")
-        numbered = version.isdigit() and not is_wandb(config)  # a W&B run id may be all digits
+        numbered = version.isdigit() and kind is None  # a W&B run id may be all digits
         config.trainer.logger.init_args.version = int(version) if numbered else run.name
 
 
