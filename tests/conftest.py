@@ -74,25 +74,25 @@ def small_gpt(*extra: str) -> tuple[str, ...]:
 
 def step_checkpoints(every: int) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: a checkpoint every ``every`` steps, named
-    by its step, and ``last.ckpt``."""
+    by its step (the experiment's ``LastCheckpoint`` keeps ``last.ckpt``)."""
     return f"""
     - class_path: lightning.pytorch.callbacks.ModelCheckpoint
       init_args:
         every_n_train_steps: {every}
-        save_last: true
         filename: "step{{step:04d}}"
         auto_insert_metric_name: false
 """
 
 
-def kill_at(step: int, group: bool = False) -> str:
+def kill_at(step: int, group: bool = False, rank: int | None = None) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
-    rank of the job at once)."""
+    rank of the job at once; ``rank``: that rank only)."""
     return f"""
     - class_path: faults.KillAtStep
       init_args:
         step: {step}
         group: {str(group).lower()}
+        rank: {"null" if rank is None else rank}
 """
 
 

@@ -10,18 +10,19 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 
 
 class KillAtStep(Callback):
-    """SIGKILLs its own process (``group``: its whole process group, every DDP rank) as the batch
-    after optimizer step ``step`` begins: no handler runs, nothing is flushed, as when a node dies
-    or the OOM killer strikes."""
+    """SIGKILLs its own process (``group``: its whole process group, every DDP rank; ``rank``: on
+    that rank only) as the batch after optimizer step ``step`` begins: no handler runs, nothing is
+    flushed, as when a node dies or the OOM killer strikes."""
 
-    def __init__(self, step: int, group: bool = False) -> None:
+    def __init__(self, step: int, group: bool = False, rank: int | None = None) -> None:
         self.step = step
         self.group = group
+        self.rank = rank
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
     ) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             if self.group:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,7 @@ def test_one_run_directory_one_config_checkpoints_written_once(reference):
     run = runs / "version_0"
     assert (run / "config.yaml").is_file()
     assert sorted(p.name for p in run.iterdir()) == [
+        ".lock",
         "checkpoints",
         "config.yaml",
         "hparams.yaml",
@@ -135,12 +137,15 @@ def test_one_ddp_step_has_the_gradients_of_one_step_on_the_concatenated_batch(wo
 
 @pytest.mark.slow
 def test_ddp_run_killed_mid_epoch_resumes_bit_identical_on_every_rank(reference, workdir):
-    kill_step = STEPS_PER_EPOCH + 5  # epoch 1, batch 5; the newest checkpoint is from step 12
+    kill_step = STEPS_PER_EPOCH + 5  # epoch 1, batch 5; the newest checkpoint is step0012.ckpt
     killed = ddp_fit(workdir, "--test_after_fit=false", overlay=PERIODIC + kill_at(kill_step, group=True))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    saved = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    saved = torch.load(workdir / "runs/digits/version_0/checkpoints/step0012.ckpt", weights_only=True)
     assert saved["global_step"] == 12
 
+    # One process cannot continue the two processes' shards of the epoch: refused with the flag.
+    with pytest.raises(ValueError, match=r"run of 2 process\(es\), and this run has 1.*--trainer.devices=2"):
+        main(["fit", "--config", config("digits.yaml"), *QUICK, "--test_after_fit=false", "--ckpt_path=last"])
     resumed = ddp_fit(workdir, "--test_after_fit=false", "--ckpt_path=last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [p.name for p in (workdir / "runs" / "digits").iterdir()] == ["version_0"]
@@ -191,3 +196,64 @@ def test_two_torchrun_nodes_train_as_one_job(workdir):
     assert "Starting with 2 processes" in outputs[0]
     last = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
     assert last["global_step"] == STEPS_PER_EPOCH, "each node trained on half of the epoch"
+
+
+@pytest.mark.slow
+def test_a_rank_killed_outright_stops_the_other_with_the_resume_command(workdir):
+    killed = ddp_fit(workdir, "--test_after_fit=false", overlay=PERIODIC + kill_at(6, rank=1))
+    assert killed.returncode == 1, killed.stderr[-3000:]
+    assert "error: another process of this distributed job stopped" in killed.stderr
+    assert "--ckpt_path last" in killed.stderr and "Traceback" not in killed.stderr
+    saved = torch.load(workdir / "runs/digits/version_0/checkpoints/step0004.ckpt", weights_only=True)
+    assert saved["global_step"] == 4, "the checkpoint before the loss is intact"
+
+
+def in_session(session: int) -> list[int]:
+    """The processes still alive in a session (a launcher and everything it started)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_workers_stop_and_save_when_their_torchrun_agent_is_killed(workdir):
+    started = workdir / "started"
+    overlay = workdir / "overlay.yaml"
+    overlay.write_text(
+        "trainer:\n  callbacks+:\n    - class_path: faults.TouchAtStep\n"
+        f"      init_args:\n        step: 3\n        path: {started}\n"
+    )
+    fit = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--trainer.max_epochs=100",
+           "--trainer.enable_progress_bar=false", "--config", str(overlay)]  # fmt: skip
+    env = {**os.environ, "NPROC_PER_NODE": "2", "PYTHON": sys.executable, "PYTHONPATH": str(TESTS)}
+    with open(workdir / "log.txt", "w") as log:
+        agent = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "torchrun.sh"), config("digits.yaml"), *fit],
+            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        for _ in range(300):
+            if started.exists() or agent.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert started.exists(), (workdir / "log.txt").read_text()[-3000:]
+        os.kill(agent.pid, signal.SIGKILL)  # the agent only: its workers are orphaned
+        agent.wait()
+        for _ in range(120):
+            if not in_session(agent.pid):
+                break
+            time.sleep(0.5)
+        assert not in_session(agent.pid), "the workers trained on without their launcher"
+    finally:
+        for pid in in_session(agent.pid):
+            os.kill(pid, signal.SIGKILL)
+    log = (workdir / "log.txt").read_text()
+    assert "Received SIGTERM at step" in log, log[-3000:]
+    saved = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert saved["global_step"] >= 3

@@ -342,7 +342,7 @@ def test_fine_tuning_from_weights_keeps_frozen_layers(verse_run, monkeypatch):
         ]
     )
     before = torch.load(best, weights_only=True)["state_dict"]
-    checkpoint = torch.load(tuned.trainer.checkpoint_callback.last_model_path, weights_only=True)
+    checkpoint = torch.load(Path(tuned.trainer.checkpoint_callback.dirpath) / "last.ckpt", weights_only=True)
     after = checkpoint["state_dict"]
     frozen = [n for n in after if n.startswith(("net.transformer.wte.", "net.transformer.h.0."))]
     assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)

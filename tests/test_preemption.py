@@ -57,18 +57,27 @@ def finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
     return process.returncode, output
 
 
-def assert_saved_and_resumable(workdir: Path, step_at_least: int, task: str = "image") -> None:
+def assert_saved_and_resumable(
+    workdir: Path, step_at_least: int, task: str = "image", processes: int = 1
+) -> None:
     """The saved checkpoint holds at least ``step_at_least`` steps and ``--ckpt_path last`` continues
-    from it (in this process: that resuming is exact is tests/test_resume.py's job)."""
+    from it (in this process: that resuming is exact is tests/test_resume.py's job). A checkpoint of
+    several processes, taken mid-epoch, is refused to one process with the flag that resumes it
+    (resumed by as many processes in tests/test_ddp.py)."""
     experiment, name = TASKS[task]
     last = workdir / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"
     saved_step = torch.load(last, weights_only=True)["global_step"]
     assert saved_step >= step_at_least
+    resume = ["fit", "--config", config(experiment), *ARGS[task], "--ckpt_path=last",
+              f"--trainer.max_steps={saved_step + 2}", "--trainer.enable_progress_bar=false",
+              "--test_after_fit=false"]  # fmt: skip
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(workdir)
-        main(["fit", "--config", config(experiment), *ARGS[task], "--ckpt_path=last",
-              f"--trainer.max_steps={saved_step + 2}", "--trainer.enable_progress_bar=false",
-              "--test_after_fit=false"])  # fmt: skip
+        if processes > 1:
+            with pytest.raises(ValueError, match=f"--trainer.devices={processes}"):
+                main(resume)
+            return
+        main(resume)
     assert torch.load(last, weights_only=True)["global_step"] == saved_step + 2, "the resumed run continued"
 
 
@@ -98,7 +107,7 @@ def test_sigterm_to_every_ddp_rank_saves_and_exits(tmp_path):
     code, output = finish(process)
     assert code != 0, output[-3000:]
     assert "Received SIGTERM" in output
-    assert_saved_and_resumable(tmp_path, 3)
+    assert_saved_and_resumable(tmp_path, 3, processes=2)
 
 
 @pytest.mark.slow
@@ -107,7 +116,7 @@ def test_sigterm_to_one_non_zero_rank_stops_every_rank(tmp_path):
     code, output = finish(process, timeout=300)
     assert code != 0, output[-3000:]
     assert "Received SIGTERM at step 5" in output
-    assert_saved_and_resumable(tmp_path, 5)
+    assert_saved_and_resumable(tmp_path, 5, processes=2)
 
 
 @pytest.mark.slow
@@ -162,4 +171,4 @@ def test_sigterm_to_a_torchrun_job_saves_and_exits_non_zero(tmp_path):
     code, output = finish(process, timeout=180)
     assert code != 0, output[-3000:]
     assert "Received SIGTERM" in output
-    assert_saved_and_resumable(tmp_path, 3)
+    assert_saved_and_resumable(tmp_path, 3, processes=2)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,7 +50,9 @@ def test_compiled_gpt_trains_and_keeps_checkpoint_keys(workdir):
            "--test_after_fit=false", "--trainer.enable_progress_bar=false")  # fmt: skip
     text = ("--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={TINY_SHAKESPEARE}")
     cli = main(["fit", *text, *tiny, *run, "--model.init_args.compile=true"])
-    saved = torch.load(cli.trainer.checkpoint_callback.last_model_path, weights_only=True)["state_dict"]
+    saved = torch.load(Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt", weights_only=True)[
+        "state_dict"
+    ]
     plain = LanguageModel(GPT(65, block_size=32, n_layer=1, n_head=2, n_embd=32), vocab=cli.model.vocab)
     assert saved.keys() == plain.state_dict().keys()
     assert cli.trainer.callback_metrics["val/loss"] < math.log(65) - 0.5, "the compiled network learned"

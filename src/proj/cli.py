@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
-import os
+import logging
 import pickle
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -26,25 +27,42 @@ from lightning.pytorch.cli import (
     LightningCLI,
     SaveConfigCallback,
 )
-from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from proj.callbacks import ExactResume, Preemption, StopOnDivergence
+from proj.callbacks import ExactResume, Preemption, StopOnDivergence, ValidateAtEnd
 from proj.checkpoint_io import AtomicCheckpointIO
+from proj.runs import (
+    RunInUseError,
+    RunLock,
+    best_of_run,
+    experiment_dir,
+    logger_kind,
+    newest_checkpoint,
+    remove_stale_temporaries,
+    restore_metrics,
+    run_directory,
+    take_metrics_aside,
+    version_of,
+)
 
 DEFAULT_SEED = 42
-_SPECIAL_CKPT_PATHS = {"last", "best", "hpc", "registry"}
+
+# What a run prints is what the user can act on. These say nothing actionable: an advert for a
+# hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
+# will delete metrics.csv, which the CLI moves aside and writes back before the logger opens it.
+warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
-def run_directory(trainer: Trainer) -> str:
-    """``<save_dir>/<name>/<version>`` of the first logger: the folder ``ModelCheckpoint`` also
-    uses, so a run's config, checkpoints and logs sit together whatever the logger (W&B included)."""
-    if not trainer.loggers:
-        return trainer.default_root_dir
-    logger = trainer.loggers[0]
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version)
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    logging.getLogger(_name).addFilter(_NoTips())
 
 
 class RunConfigSaver(SaveConfigCallback):
@@ -138,7 +156,12 @@ class ProjCLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
             seed_everything_default=DEFAULT_SEED,
-            trainer_defaults={"callbacks": [ExactResume(), Preemption(), StopOnDivergence()]},
+            trainer_defaults={
+                # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
+                # checkpoints) lands under runs/ too, never in the working folder.
+                "default_root_dir": "runs",
+                "callbacks": [ExactResume(), Preemption(), StopOnDivergence(), ValidateAtEnd()],
+            },
             parser_kwargs={"default_env": True},
             auto_configure_optimizers=False,
             args=args,
@@ -151,6 +174,13 @@ class ProjCLI(LightningCLI):
             type=bool,
             default=False,
             help="After `fit`, run `test` on the best checkpoint (or the final weights without one).",
+        )
+        parser.add_argument(
+            "--allow_untrained",
+            type=bool,
+            default=False,
+            help="Let `validate`, `test` and `predict` run without --ckpt_path, on the weights the "
+            "model is built with (untrained unless model.init_from loads some).",
         )
         # A link whose source the chosen data module lacks, or whose target the chosen model lacks,
         # is skipped, so image and text tasks share these.
@@ -174,12 +204,11 @@ class ProjCLI(LightningCLI):
         check_yaml_syntax(sys.argv[1:] if args is None else args, parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        check_model_fits_data(self.config[subcommand] if subcommand else self.config, parser)
-        if subcommand == "fit":
-            resume_into_run(self.config.fit, parser)
+        config = self.config[subcommand] if subcommand else self.config
+        check_model_fits_data(config, parser)
         if subcommand:
-            check_trainer(self.config[subcommand].trainer, parser)
-            check_ckpt_path(self.config[subcommand].get("ckpt_path"), parser, self.config[subcommand])
+            check_trainer(config.trainer, parser)
+            resolve_checkpoint(config, subcommand, parser)
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = (self.config_init[self.subcommand] if self.subcommand else self.config_init).trainer
@@ -194,134 +223,120 @@ class ProjCLI(LightningCLI):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
 
+    def claim_run_directory(self) -> None:
+        """Hold the run directory for this process, clear what a killed process left half-done there,
+        and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
+        trainer = self.trainer
+        if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
+            return
+        if trainer.loggers[0].version is None:  # a new W&B run: its own fresh id, nothing to keep
+            return
+        run = Path(run_directory(trainer))
+        RunLock.acquire(run)
+        remove_stale_temporaries(run)
+        if isinstance(trainer.logger, CSVLogger):
+            aside = take_metrics_aside(run)
+            if aside is not None:
+                restore_metrics(trainer.logger, aside)
+        rank_zero_info(f"Run directory: {run}")
+
     def before_fit(self) -> None:
-        for callback in self.trainer.callbacks:
-            if isinstance(callback, ExactResume):
-                callback.keep_logged_metrics(self.trainer)
+        self.claim_run_directory()
+
+    def before_validate(self) -> None:
+        self.claim_run_directory()
+
+    def before_test(self) -> None:
+        self.claim_run_directory()
+
+    def before_predict(self) -> None:
+        self.claim_run_directory()
 
     def after_fit(self) -> None:
-        if not self.config.fit.test_after_fit or self.trainer.interrupted:
+        trainer = self.trainer
+        best = trainer.strategy.broadcast(
+            trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback is not None else ""
+        )
+        lasts = {c.last_model_path for c in trainer.checkpoint_callbacks if getattr(c, "last_model_path", "")}
+        if best:
+            rank_zero_info(f"Best checkpoint: {best}")
+        for last in sorted(lasts):
+            rank_zero_info(f"Last checkpoint: {last}")
+        if not self.config.fit.test_after_fit or trainer.interrupted:
             return
-        checkpoint = self.trainer.checkpoint_callback
-        best = self.trainer.strategy.broadcast(checkpoint.best_model_path if checkpoint is not None else "")
-        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
-def experiment_dir(config) -> Path | None:
-    """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run.
+def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
+    """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
+    checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
 
-    For W&B that is ``<save_dir>/<project>`` (its ``name`` titles a run), shared by every
-    experiment logging to the project; for MLflow, ``<save_dir>/<MLflow experiment id>``.
-    """
-    logger = config.trainer.get("logger")
-    init_args = logger.get("init_args") if hasattr(logger, "get") else None
-    if init_args is None:
-        return None
-    save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
-    kind = logger_kind(config)
-    if kind == "wandb":
-        project = init_args.get("project") or os.environ.get("WANDB_PROJECT", "lightning_logs")
-        return Path(save_dir) / project
-    if kind == "mlflow":
-        return mlflow_experiment_dir(init_args, config.trainer.get("default_root_dir"))
-    name = init_args.get("name") or init_args.get("project") or "lightning_logs"
-    return Path(save_dir) / str(name)
-
-
-def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
-    """The folder MLFlowLogger's runs get, as it names it: ``<save_dir>/<experiment id>``, where the
-    id is the tracking store's, so the store is asked, and ``save_dir`` is the folder of a ``file:``
-    store, else the Trainer's ``default_root_dir``. An experiment not in the store yet has no runs:
-    its folder is one that does not exist."""
-    from mlflow.tracking import MlflowClient
-
-    uri = init_args.get("tracking_uri") or f"file:{init_args.get('save_dir')}"  # as MLFlowLogger does
-    name = init_args.get("experiment_name")
-    experiment = MlflowClient(uri).get_experiment_by_name(name)
-    save_dir = uri.removeprefix("file:") if uri.startswith("file:") else default_root_dir or "."
-    return Path(save_dir) / (experiment.experiment_id if experiment else f"(no MLflow experiment {name})")
-
-
-def logger_kind(config) -> str | None:
-    """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
-    and share a folder with other experiments' runs; None for the others."""
-    logger = config.trainer.get("logger")
-    class_path = logger.get("class_path") if hasattr(logger, "get") else None
-    if not class_path:
-        return None
-    cls = _import(class_path)
-    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
-
-
-def same_experiment(run: Path, config) -> bool:
-    """Whether a run directory in a shared folder belongs to this experiment, by the config it saved.
-
-    A W&B run carries the experiment's ``name`` (its title). MLFlowLogger takes no name, so the
-    experiment's is dropped when the overlay swaps the logger in: an MLflow run belongs if it trains
-    the same model, network and data classes.
-    """
-    kind = logger_kind(config)
-
-    def identity(config: dict) -> tuple:
-        if kind == "wandb":
-            return (config["trainer"]["logger"]["init_args"].get("name"),)
-        net = config["model"].get("init_args", {}).get("net")
-        net = net.get("class_path") if isinstance(net, dict) else net
-        return config["model"]["class_path"], net, config["data"]["class_path"]
-
-    try:
-        return identity(yaml.safe_load((run / "config.yaml").read_text())) == identity(config.as_dict())
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
-        return False
-
-
-def loadable(path: Path) -> bool:
-    try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:
-        rank_zero_warn(f"Skipping unreadable checkpoint {path} ({type(error).__name__}: {error})")
-        return False
-    return True
-
-
-def resume_into_run(config, parser: LightningArgumentParser) -> None:
-    """Make ``fit --ckpt_path last`` resume the newest loadable checkpoint of the experiment
-    (``auto``: the same, or a fresh start when there is none, for job scripts that requeue), and
-    make any resumed checkpoint continue logging into its own run directory (for W&B and MLflow:
-    the same run, whose id is the directory's name).
-
-    Lightning's own ``last`` looks only in the new run's empty folder and then silently trains from
-    scratch. Here every ``<experiment>/<version>/checkpoints/*.ckpt`` is a candidate, newest first;
-    unreadable ones (a truncated save) are skipped with a warning; none at all is an error.
+    ``last`` is the experiment's newest readable checkpoint over all its runs (``auto`` in ``fit``:
+    the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
+    best checkpoint of that newest run. Lightning's own ``last`` and ``best`` look only in the new
+    run's empty folder and then quietly fall back to untrained weights. ``validate``, ``test`` and
+    ``predict`` never evaluate untrained weights unless ``--allow_untrained`` says so. Returns the
+    loaded checkpoint (tensors memory-mapped), or None when the command starts from scratch.
     """
     ckpt_path = config.get("ckpt_path")
-    root = None if ckpt_path is None else experiment_dir(config)  # MLflow's asks the tracking store
-    if ckpt_path is None or root is None:
-        return
-    kind = logger_kind(config)
-    if ckpt_path in ("last", "auto"):
-        candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-        if kind is not None:
-            candidates = [p for p in candidates if same_experiment(p.parent.parent, config)]
-        found = next((p for p in candidates if loadable(p)), None)
-        if found is None and ckpt_path == "auto":
+    evaluating = subcommand != "fit"
+    if ckpt_path is None:
+        if evaluating and not config.get("allow_untrained") and not config.model.init_args.get("init_from"):
+            parser.error(
+                f"`{subcommand}` without --ckpt_path would use untrained weights. Pass --ckpt_path last "
+                "(the experiment's newest checkpoint), --ckpt_path best (the best of its newest run) or "
+                "the path of a .ckpt file; to evaluate untrained weights on purpose, --allow_untrained=true."
+            )
+        return None
+    if ckpt_path in ("hpc", "registry") or str(ckpt_path).startswith("registry:"):
+        return None
+    root = experiment_dir(config)
+    if ckpt_path in ("last", "auto", "best"):
+        if root is None:
+            parser.error(
+                f"--ckpt_path {ckpt_path}: the config has no logger, so there is no "
+                "runs/<experiment>/ folder to look in. Pass the path of a .ckpt file instead."
+            )
+        found = newest_checkpoint(config, root, resumable=not evaluating)
+        if found is None and ckpt_path == "auto" and not evaluating:
             config.ckpt_path = None
-            return
+            return None
         if found is None:
             parser.error(
-                f"--ckpt_path last: no readable checkpoint under {root}/*/checkpoints/. Drop --ckpt_path "
-                "to train from scratch (or use --ckpt_path auto: resume if possible, else start), or "
-                "pass the path of a .ckpt file to resume from."
+                f"--ckpt_path {ckpt_path}: no readable checkpoint under {root}/*/checkpoints/. "
+                + (
+                    "Run `fit` first, or pass the path of a .ckpt file."
+                    if evaluating
+                    else "Drop --ckpt_path to train from scratch (or use --ckpt_path auto: resume if "
+                    "possible, else start), or pass the path of a .ckpt file to resume from."
+                )
             )
-        config.ckpt_path = ckpt_path = str(found)
+        path, checkpoint = found
+        if ckpt_path == "best":
+            best = best_of_run(path, checkpoint)
+            if best is None:
+                parser.error(
+                    f"--ckpt_path best: the newest run, {path.parent.parent}, recorded no best checkpoint "
+                    "(no monitored ModelCheckpoint saved one). Use --ckpt_path last, or a .ckpt path."
+                )
+            path = best
+        config.ckpt_path = ckpt_path = str(path)
+    checkpoint = check_ckpt_path(ckpt_path, parser, config)
+    if not evaluating and "optimizer_states" not in checkpoint:
+        parser.error(
+            f"--ckpt_path: '{ckpt_path}' holds weights only, no optimizer state, so `fit` cannot resume "
+            "from it. To start training from these weights, use model.init_args.init_from where the "
+            "model has it; to evaluate them, use `test` or `validate`."
+        )
     run = Path(ckpt_path).resolve().parent.parent
-    if Path(ckpt_path).parent.name == "checkpoints" and run.parent == root.resolve():
-        if kind == "mlflow":  # MLFlowLogger takes the run's id, and no version
-            config.trainer.logger.init_args.run_id = run.name
-            return
-        version = run.name.removeprefix("version_")
-        numbered = version.isdigit() and kind is None  # a W&B run id may be all digits
-        config.trainer.logger.init_args.version = int(version) if numbered else run.name
+    if root is not None and Path(ckpt_path).parent.name == "checkpoints":
+        kind = logger_kind(config)
+        version = version_of(run, root, numbered=kind is None)
+        if version is not None and kind == "mlflow":  # MLFlowLogger takes the run's id, and no version
+            config.trainer.logger.init_args.run_id = version
+        elif version is not None:
+            config.trainer.logger.init_args.version = version
+    return checkpoint
 
 
 def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:
@@ -385,10 +400,8 @@ def check_trainer(trainer, parser: LightningArgumentParser) -> None:
         )
 
 
-def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser, config=None) -> None:
+def check_ckpt_path(ckpt_path: str, parser: LightningArgumentParser, config=None) -> dict:
     """Refuse a missing, truncated, code-carrying or foreign checkpoint before anything is built."""
-    if ckpt_path is None or ckpt_path in _SPECIAL_CKPT_PATHS:
-        return
     path = Path(ckpt_path)
     if not path.is_file():
         parser.error(
@@ -409,8 +422,14 @@ def check_ckpt_path(ckpt_path: str | None, parser: LightningArgumentParser, conf
             f"{str(error).splitlines()[0]}). It may be truncated by an interrupted save: pick an "
             "earlier checkpoint from the same folder."
         )
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        parser.error(
+            f"--ckpt_path: '{ckpt_path}' holds no state_dict, so it is no Lightning checkpoint. Pass a "
+            "checkpoint written by `fit` (runs/<experiment>/<version>/checkpoints/)."
+        )
     if config is not None:
         check_same_model(checkpoint, config, ckpt_path, parser)
+    return checkpoint
 
 
 def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: LightningArgumentParser) -> None:
@@ -431,4 +450,29 @@ def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: Lightning
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
     """Entry point for ``python -m proj`` and for tests and notebooks (``main(["fit", ...])``)."""
-    return ProjCLI(args=args, run=run)
+    try:
+        return ProjCLI(args=args, run=run)
+    except RunInUseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except RuntimeError as error:
+        if not lost_a_peer(error):
+            raise
+        print(
+            f"error: another process of this distributed job stopped ({str(error).splitlines()[0]}). "
+            "Its checkpoints are intact: resume with `fit --config <same configs> --ckpt_path last`.",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+    finally:
+        RunLock.release_all()
+
+
+def lost_a_peer(error: BaseException) -> bool:
+    """Whether ``error`` is a collective failing because another rank died (``kill -9``, a lost node)."""
+    if not torch.distributed.is_available():
+        return False
+    text = str(error)
+    return isinstance(error, torch.distributed.DistError) or any(
+        sign in text for sign in ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+    )

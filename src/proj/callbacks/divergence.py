@@ -43,10 +43,15 @@ class StopOnDivergence(Callback):
     def on_save_checkpoint(
         self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        # The weights: parameters and buffers. Metric states, such as a running maximum that
+        # starts at -inf, may be non-finite by design.
+        weights = {name for name, _ in pl_module.named_parameters()} | {
+            n for n, _ in pl_module.named_buffers()
+        }
         bad = [
             name
             for name, value in checkpoint["state_dict"].items()
-            if value.is_floating_point() and not bool(torch.isfinite(value).all())
+            if name in weights and value.is_floating_point() and not bool(torch.isfinite(value).all())
         ]
         if bad:
             raise DivergenceError(

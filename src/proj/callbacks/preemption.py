@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 import torch
@@ -28,7 +29,8 @@ class Preemption(Callback):
     agree (one max-reduce of a scalar on the CPU) and all stop together. ``grace_seconds`` after a
     signal, a process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM
     the job is requeued (``scontrol requeue``) when ``requeue`` is set, and resumes with
-    ``--ckpt_path auto``. A second Ctrl-C interrupts at once.
+    ``--ckpt_path auto``. A second Ctrl-C interrupts at once. A worker whose launcher dies stops
+    the same way.
     """
 
     def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
@@ -37,11 +39,14 @@ class Preemption(Callback):
         self._signal = 0
         self._previous: dict[int, object] = {}
         self._group: torch.distributed.ProcessGroup | None = None
+        self._stop_watching: Callable[[], None] = lambda: None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Installed here, after Lightning registered its handlers, so these replace them.
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+            if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
+                self._watch_launcher()
         distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
         if distributed and torch.distributed.get_backend() != "gloo":
             # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
@@ -54,7 +59,23 @@ class Preemption(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self._release()
 
+    def _watch_launcher(self) -> None:
+        """Stop as on SIGTERM when the process that launched this one dies (``kill -9`` of the
+        torchrun agent, or of rank 0, which launches the other ranks): an orphaned worker would
+        otherwise train on into a run directory that a requeued job resumes."""
+        parent, stopped = os.getppid(), threading.Event()
+
+        def watch() -> None:
+            while not stopped.wait(1.0):
+                if os.getppid() != parent:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+
+        threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+        self._stop_watching = stopped.set
+
     def _release(self) -> None:
+        self._stop_watching()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
@@ -89,7 +110,7 @@ class Preemption(Callback):
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath == folder:
                 callback.last_model_path = path
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)
         name = signal.Signals(signum).name
         rank_zero_warn(
             f"Received {name} at step {trainer.global_step}: saved {path}. "

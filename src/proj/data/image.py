@@ -6,9 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
+from PIL import Image
+from torch.nn import functional as F
 from torch.utils.data import DataLoader
 from torchvision import datasets
+from torchvision.transforms.v2 import functional as TF
 
 from proj.data.resumable import ResumableDataModule
 from proj.data.tensors import TensorImageDataset, random_hflip, random_translate
@@ -27,6 +31,10 @@ class ImageDataModule(ResumableDataModule):
     Batches travel as stored (uint8) and are scaled, augmented (training only) and normalised on
     the device after transfer, drawing from the global RNG in step order, so a resumed run repeats
     the augmentation exactly; ``to_pixels`` undoes the normalisation for display.
+
+    ``predict`` reads the test split, or with ``predict_path`` every image file directly in that
+    folder, in name order (``predict_files``), converted to ``input_shape`` and to the stored
+    ``scale`` so that it is normalised exactly as training data is.
     """
 
     num_classes: int
@@ -47,6 +55,7 @@ class ImageDataModule(ResumableDataModule):
         augment: bool = False,
         num_workers: int = 0,
         pin_memory: bool = False,
+        predict_path: str | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -63,6 +72,8 @@ class ImageDataModule(ResumableDataModule):
         self.augment = augment
         self.num_workers = num_workers
         self.pin_memory = pin_memory
+        self.predict_path = None if predict_path is None else Path(predict_path)
+        self.predict_files: list[str] = []
         self.splits: dict[str, TensorImageDataset] = {}
         self._normalisation: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -77,14 +88,17 @@ class ImageDataModule(ResumableDataModule):
         return (images[train], labels[train]), (images[val], labels[val])
 
     def setup(self, stage: str) -> None:
-        if self.splits:
+        if stage == "predict" and self.predict_path is not None:
+            self.setup_predict_files()
+            return
+        if "train" in self.splits:
             return
         train, val = self.split_train_val(*self.load(train=True))
-        self.splits = {
-            "train": TensorImageDataset(*train),
-            "val": TensorImageDataset(*val),
-            "test": TensorImageDataset(*self.load(train=False)),
-        }
+        self.splits.update(
+            train=TensorImageDataset(*train),
+            val=TensorImageDataset(*val),
+            test=TensorImageDataset(*self.load(train=False)),
+        )
         sizes = ", ".join(f"{name} {len(ds)}" for name, ds in self.splits.items())
         rank_zero_info(f"{type(self).__name__}: {sizes} images of shape {self.input_shape}")
 
@@ -98,9 +112,13 @@ class ImageDataModule(ResumableDataModule):
         return self.loader("test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self.loader("test")
+        return self.loader("test" if self.predict_path is None else "predict")
 
-    def on_after_batch_transfer(self, batch: Split, dataloader_idx: int) -> Split:
+    def on_after_batch_transfer(
+        self, batch: Split | torch.Tensor, dataloader_idx: int
+    ) -> Split | torch.Tensor:
+        if isinstance(batch, torch.Tensor):
+            return batch  # the model summary's example input, already a normalised float batch
         images, labels = batch
         x = images.float().div_(self.scale)
         if self.augment and self.trainer is not None and self.trainer.training:
@@ -121,6 +139,67 @@ class ImageDataModule(ResumableDataModule):
             mean, std = (torch.tensor(v, device=device).view(1, -1, 1, 1) for v in (self.mean, self.std))
             self._normalisation[device] = (mean, std)
         return self._normalisation[device]
+
+    def setup_predict_files(self) -> None:
+        """Decode every file of ``predict_path`` now, so that a bad folder or file stops the run
+        before any prediction, with the field and the fix."""
+        if "predict" in self.splits:
+            return
+        folder, fix = self.predict_path, "point data.init_args.predict_path at a folder of image files"
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
+                "(PNG, JPEG, …), or leave it unset to predict on the test split."
+            )
+        paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not paths:
+            raise ValueError(
+                f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "
+                f"images to classify directly in it, or {fix}."
+            )
+        images = torch.stack([self.read_image(path) for path in paths])
+        # No labels: -1, as torchvision's STL10 marks its unlabelled images.
+        self.splits["predict"] = TensorImageDataset(images, torch.full((len(images),), -1))
+        self.predict_files = [path.name for path in paths]
+        rank_zero_info(
+            f"{type(self).__name__}: {len(paths)} image files from '{folder}', as shape {self.input_shape}"
+        )
+
+    def read_image(self, path: Path) -> torch.Tensor:
+        """One image file as a stored image: ``input_shape``'s channels (grey or RGB) and size,
+        intensities in [0, ``scale``] as uint8.
+
+        The aspect ratio is not kept. A larger image is shrunk by averaging the pixels each output
+        pixel covers (how scikit-learn's 8×8 digits were made from 32×32 bitmaps), so an image
+        enlarged by a whole factor shrinks back exactly; a smaller one is enlarged bilinearly.
+        """
+        channels, height, width = self.input_shape
+        try:
+            with Image.open(path) as image:
+                x = unit_intensities(image, grey=channels == 1)
+        except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError
+            raise ValueError(
+                f"data.predict_path: '{path}' is not a readable image ({error}). Convert it to PNG or "
+                "JPEG, or move it out of the folder."
+            ) from error
+        if x.shape[1] >= height and x.shape[2] >= width:
+            x = F.interpolate(x.unsqueeze(0), (height, width), mode="area").squeeze(0)
+        else:
+            x = TF.resize(x, [height, width], antialias=True)
+        return x.mul(self.scale).round().clamp(0, self.scale).to(torch.uint8)
+
+
+def unit_intensities(image: Image.Image, grey: bool) -> torch.Tensor:
+    """A Pillow image as ``(C, H, W)`` floats in [0, 1], one channel if ``grey`` else three.
+
+    Pillow's own conversion of 16-bit grey to 8 bits clips rather than scales, so those are scaled here.
+    """
+    if image.mode.startswith("I;16"):
+        x = torch.from_numpy(np.array(image, dtype=np.float32) / 65535).unsqueeze(0)
+        return x if grey else x.expand(3, -1, -1)
+    x = torch.from_numpy(np.array(image.convert("L" if grey else "RGB")))
+    x = x.unsqueeze(0) if grey else x.permute(2, 0, 1)
+    return x.float().div(255)
 
 
 class DigitsDataModule(ImageDataModule):
@@ -148,11 +227,14 @@ class DigitsDataModule(ImageDataModule):
         augment: bool = False,
         num_workers: int = 0,
         pin_memory: bool = False,
+        predict_path: str | None = None,
     ) -> None:
         if not 0.0 < test_fraction < 1.0:
             raise ValueError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
         self.test_fraction = test_fraction
-        super().__init__(data_dir, batch_size, val_fraction, split_seed, augment, num_workers, pin_memory)
+        super().__init__(
+            data_dir, batch_size, val_fraction, split_seed, augment, num_workers, pin_memory, predict_path
+        )
 
     def load(self, train: bool) -> Split:
         from sklearn.datasets import load_digits
@@ -174,6 +256,9 @@ class _TorchvisionDataModule(ImageDataModule):
     files_hint: str
 
     def prepare_data(self) -> None:
+        trainer = self.trainer
+        if self.predict_path is not None and trainer is not None and trainer.state.fn == TrainerFn.PREDICTING:
+            return  # predicting on one's own files needs no download
         for train in (True, False):
             try:
                 self.dataset_class(str(self.data_dir), train=train, download=True)

@@ -120,11 +120,23 @@ class ResumableDataModule(LightningDataModule):
                 "epoch": trainer.current_epoch,
                 "batches": batches,
                 "epoch_done": batches >= trainer.num_training_batches,
+                "world_size": trainer.world_size,
             }
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._resume_from = state_dict.get("train_order")
+        saved = (self._resume_from or {}).get("world_size", 1)
+        now = self.trainer.world_size if self.trainer is not None else 1
+        if saved != now and not (self._resume_from or {}).get("epoch_done"):
+            # Each process's position is counted in its own shard: with another number of
+            # processes the rest of the epoch would be other samples than the interrupted run's.
+            raise ValueError(
+                f"--ckpt_path: the checkpoint was written mid-epoch by a run of {saved} process(es), and "
+                f"this run has {now}. Resume it with the same number of processes (trainer.devices x "
+                f"trainer.num_nodes = {saved}, e.g. --trainer.devices={saved}), or resume from a "
+                "checkpoint written at an epoch's end."
+            )
         # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one's sampler does.
         warnings.filterwarnings(
             "ignore", message="You're resuming from a checkpoint that ended before the epoch"

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from matplotlib.figure import Figure
 from torch import nn
@@ -12,6 +13,8 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
+from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
+from proj.callbacks.resume import gather
 from proj.media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
@@ -31,6 +34,9 @@ class ImageClassifier(TaskModule):
     ``<stage>/misclassified``, a grid of up to 32 misclassified images with their true and predicted
     classes, drawn from rank 0's share. Class names and un-normalised pixels come from the data
     module (``classes``, ``to_pixels``) when it has them. Training steps are untouched.
+
+    ``predict`` writes ``predictions.csv`` (``proj.callbacks.ClassPredictionWriter``) in the run
+    directory: each sample's index or file name, its predicted class and that class's probability.
     """
 
     data_facts = ("num_classes", "input_shape")
@@ -63,7 +69,9 @@ class ImageClassifier(TaskModule):
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        # Kept in checkpoints, so a resumed run still knows the best accuracy from before.
         self.val_acc_best = MaxMetric()
+        self.val_acc_best.persistent(True)
         # Per-sample losses averaged over the whole split, so a short last batch or an uneven DDP
         # shard weighs what it holds (``nan_strategy="disable"`` spares a host sync per batch).
         self.val_loss = MeanMetric(nan_strategy="disable")
@@ -77,13 +85,30 @@ class ImageClassifier(TaskModule):
         # sync of their input checks (a quarter of a millisecond per step on a CPU).
         self._train_preds: list[torch.Tensor] = []
         self._train_targets: list[torch.Tensor] = []
+        self._resumed_train_outputs: list[tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def example_input(self) -> torch.Tensor | None:
+        shape = getattr(self.trainer.datamodule, "input_shape", None)
+        return torch.zeros(2, *shape) if shape else None
+
     def on_train_start(self) -> None:
-        # The sanity-check validation ran on an untrained model: it must not count as a best.
-        self.val_acc_best.reset()
+        if self._resumed_train_outputs is not None:
+            preds, targets = self._resumed_train_outputs[self.global_rank]
+            self._train_preds, self._train_targets = [preds.to(self.device)], [targets.to(self.device)]
+            self._resumed_train_outputs = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A checkpoint taken mid-epoch keeps the epoch's training predictions so far (every rank's),
+        # so train/acc and train/f1 of a resumed epoch still cover the whole epoch.
+        if self._train_preds:
+            mine = (torch.cat(self._train_preds).cpu(), torch.cat(self._train_targets).cpu())
+            checkpoint["train_epoch_outputs"] = gather(self.trainer, mine)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._resumed_train_outputs = checkpoint.get("train_epoch_outputs")
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -112,8 +137,10 @@ class ImageClassifier(TaskModule):
         self._evaluate(batch, "val", self.val_metrics, self.val_loss, self.val_confusion)
 
     def on_validation_epoch_end(self) -> None:
-        self.val_acc_best(self.val_metrics["acc"].compute())
-        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
+        # The sanity check validates untrained weights: it must not count as a best.
+        if not self.trainer.sanity_checking:
+            self.val_acc_best(self.val_metrics["acc"].compute())
+            self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True)
         self._log_pictures("val", self.val_confusion)
 
     def on_test_epoch_start(self) -> None:
@@ -129,6 +156,10 @@ class ImageClassifier(TaskModule):
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
         probs = self(x).softmax(dim=-1)
         return {"probs": probs, "preds": probs.argmax(dim=-1)}
+
+    def configure_callbacks(self) -> list[Callback]:
+        # `predict` writes predictions.csv into the run directory; fit and test get nothing.
+        return writer_when_predicting(self, ClassPredictionWriter)
 
     def _evaluate(
         self,

@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MeanMetric
 
+from proj.callbacks.prediction_writer import TextPredictionWriter, writer_when_predicting
 from proj.data.text import CharTokenizer
 from proj.media import log_texts
 from proj.models.task import TaskModule
@@ -33,6 +35,8 @@ class LanguageModel(TaskModule):
     ``test/loss`` and ``test/ppl`` (speed and memory: ``proj.callbacks.TrainingThroughput`` in the
     experiment config). After each validation, ``num_samples`` texts of ``sample_tokens`` characters
     continuing ``sample_prompt`` go to TensorBoard, W&B, or ``samples.txt`` in the run directory.
+    ``predict`` continues each of the data's prompts by ``predict_tokens`` characters, prints the
+    texts and writes them to ``predictions.jsonl`` in the run directory (``TextPredictionWriter``).
 
     ``vocab`` (linked from the data module by the CLI) is stored in the checkpoint, so a checkpoint
     decodes on its own: ``LanguageModel.load_from_checkpoint(path).generate("ROMEO:", 200)``.
@@ -109,7 +113,11 @@ class LanguageModel(TaskModule):
             self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def example_input(self) -> torch.Tensor | None:
+        return torch.zeros(2, self.net.block_size, dtype=torch.long)
+
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         # A model loaded from a checkpoint knows its characters; the data must encode the same ones.
         data_vocab = getattr(self.trainer.datamodule, "vocab", None)
         if isinstance(data_vocab, str):
@@ -147,6 +155,10 @@ class LanguageModel(TaskModule):
 
     def predict_step(self, batch: list[str], batch_idx: int) -> list[str]:
         return [self.generate(p, self.predict_tokens, self.temperature, self.top_k) for p in batch]
+
+    def configure_callbacks(self) -> list[Callback]:
+        # `predict` prints each continuation and writes predictions.jsonl into the run directory.
+        return writer_when_predicting(self, TextPredictionWriter)
 
     def check_prompt(self, prompt: str, name: str = "prompt") -> None:
         if not prompt:

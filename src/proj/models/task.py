@@ -41,9 +41,21 @@ class TaskModule(LightningModule):
         self._lr: float | None = None
         self._built_for: tuple[float, float | None] | None = None
         check_optimization(optimizer, scheduler)
+        self.compiled = compile
         if compile:
             # In-place compile keeps the parameter names, so checkpoints load with or without it.
             self.net.compile()
+
+    def example_input(self) -> torch.Tensor | None:
+        """A small batch of the network's input, for the model summary's FLOPs and shapes; None
+        when the data module has not stated its shape."""
+        return None
+
+    def setup(self, stage: str) -> None:
+        # The summary runs one forward on it: skipped for a compiled network, where that forward
+        # would compile for a shape that training never uses.
+        if not self.compiled:
+            self.example_input_array = self.example_input()
 
     def save_plain_hyperparameters(self) -> None:
         """Save the constructor's arguments, keeping only plain values.

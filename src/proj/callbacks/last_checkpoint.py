@@ -1,0 +1,58 @@
+"""``last.ckpt`` that always holds the newest state of the run."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """Writes ``last.ckpt`` every ``every_n_train_steps`` optimizer steps, after every validation and
+    when ``fit`` ends, so resuming never repeats more than those steps and the final weights are on
+    disk whatever the monitored metric did.
+
+    Lightning's own ``save_last`` rewrites ``last.ckpt`` only on steps where its callback saved a
+    top-k file: after a validation that did not improve, or at the end of a run whose metric had
+    worsened, ``last.ckpt`` stays behind. This callback saves no other file; a ``ModelCheckpoint``
+    with a ``monitor`` beside it keeps the best ones. It writes into the same ``checkpoints/``
+    folder, found the same way (``dirpath``), and like Lightning writes nothing during the sanity
+    check, ``fast_dev_run`` or the evaluating commands.
+    """
+
+    def __init__(self, dirpath: str | None = None, every_n_train_steps: int | None = None) -> None:
+        super().__init__(
+            dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps
+        )
+        self.steps = every_n_train_steps or 0
+        self._saved_at: int | None = None
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
+        if self.steps and trainer.global_step % self.steps == 0:
+            self.write_last(trainer)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.write_last(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        return
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.write_last(trainer)
+
+    def write_last(self, trainer: Trainer) -> None:
+        if (
+            trainer.fast_dev_run
+            or trainer.sanity_checking
+            or trainer.state.fn != TrainerFn.FITTING
+            or trainer.global_step in (0, self._saved_at)
+        ):
+            return
+        path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        # Set before saving: the path is part of this callback's state inside the checkpoint.
+        self.last_model_path = path
+        trainer.save_checkpoint(path, weights_only=False)
+        self._saved_at = trainer.global_step

@@ -1,0 +1,279 @@
+"""The run directory: where a run writes, which checkpoint a command resumes or evaluates, and
+keeping what earlier commands wrote there.
+
+Every command works in one ``<save_dir>/<name>/<version>/`` folder: ``fit`` in a new one (or, when it
+resumes, in its checkpoint's), ``validate``/``test``/``predict`` in the folder of the checkpoint they
+evaluate. A process holds its folder with a lock for as long as it runs, so two commands never
+interleave their files.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import importlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import yaml
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_warn
+
+METRICS_FILE = "metrics.csv"
+# metrics.csv is moved here while a command takes over its run directory, and written back from it:
+# Lightning's CSV logger deletes an existing metrics.csv when it opens the folder.
+METRICS_ASIDE = ".metrics.csv.resume"
+LOCK_FILE = ".lock"
+
+
+class RunInUseError(RuntimeError):
+    """Another live process holds the run directory."""
+
+
+def run_directory(trainer: Trainer) -> str:
+    """``<save_dir>/<name>/<version>`` of the first logger: the folder ``ModelCheckpoint`` also
+    uses, so a run's config, checkpoints and logs sit together whatever the logger (W&B included)."""
+    if not trainer.loggers:
+        return trainer.default_root_dir
+    logger = trainer.loggers[0]
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version)
+
+
+def experiment_dir(config: Any) -> Path | None:
+    """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run.
+
+    For W&B that is ``<save_dir>/<project>`` (its ``name`` titles a run), shared by every
+    experiment logging to the project; for MLflow, ``<save_dir>/<MLflow experiment id>``.
+    """
+    logger = config.trainer.get("logger")
+    init_args = logger.get("init_args") if hasattr(logger, "get") else None
+    if init_args is None:
+        return None
+    save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
+    kind = logger_kind(config)
+    if kind == "wandb":
+        project = init_args.get("project") or os.environ.get("WANDB_PROJECT", "lightning_logs")
+        return Path(save_dir) / project
+    if kind == "mlflow":
+        return mlflow_experiment_dir(init_args, config.trainer.get("default_root_dir"))
+    name = init_args.get("name") or init_args.get("project") or "lightning_logs"
+    return Path(save_dir) / str(name)
+
+
+def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
+    """The folder MLFlowLogger's runs get, as it names it: ``<save_dir>/<experiment id>``, where the
+    id is the tracking store's, so the store is asked, and ``save_dir`` is the folder of a ``file:``
+    store, else the Trainer's ``default_root_dir``. An experiment not in the store yet has no runs:
+    its folder is one that does not exist."""
+    from mlflow.tracking import MlflowClient
+
+    uri = init_args.get("tracking_uri") or f"file:{init_args.get('save_dir')}"  # as MLFlowLogger does
+    name = init_args.get("experiment_name")
+    experiment = MlflowClient(uri).get_experiment_by_name(name)
+    save_dir = uri.removeprefix("file:") if uri.startswith("file:") else default_root_dir or "."
+    return Path(save_dir) / (experiment.experiment_id if experiment else f"(no MLflow experiment {name})")
+
+
+def logger_kind(config) -> str | None:
+    """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
+    and share a folder with other experiments' runs; None for the others."""
+    logger = config.trainer.get("logger")
+    class_path = logger.get("class_path") if hasattr(logger, "get") else None
+    if not class_path:
+        return None
+    module, name = class_path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
+
+
+def same_experiment(run: Path, config) -> bool:
+    """Whether a run directory in a shared folder belongs to this experiment, by the config it saved.
+
+    A W&B run carries the experiment's ``name`` (its title). MLFlowLogger takes no name, so the
+    experiment's is dropped when the overlay swaps the logger in: an MLflow run belongs if it trains
+    the same model, network and data classes.
+    """
+    kind = logger_kind(config)
+
+    def identity(config: dict) -> tuple:
+        if kind == "wandb":
+            return (config["trainer"]["logger"]["init_args"].get("name"),)
+        net = config["model"].get("init_args", {}).get("net")
+        net = net.get("class_path") if isinstance(net, dict) else net
+        return config["model"]["class_path"], net, config["data"]["class_path"]
+
+    try:
+        return identity(yaml.safe_load((run / "config.yaml").read_text())) == identity(config.as_dict())
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """The checkpoint at ``path`` (tensors memory-mapped, no code run), or None with a warning when
+    it cannot be read (a truncated save, something that is no checkpoint)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:
+        rank_zero_warn(f"Skipping unreadable checkpoint {path} ({type(error).__name__}: {error})")
+        return None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        rank_zero_warn(f"Skipping {path}: it holds no state_dict, so it is no Lightning checkpoint")
+        return None
+    return checkpoint
+
+
+def newest_checkpoint(config: Any, root: Path, resumable: bool = False) -> tuple[Path, dict] | None:
+    """The experiment's newest readable checkpoint over all its runs, newest file first.
+
+    ``resumable``: only one that holds the optimizer state a resumed ``fit`` continues from, not
+    one saved with weights only."""
+    candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if logger_kind(config) is not None:
+        candidates = [p for p in candidates if same_experiment(p.parent.parent, config)]
+    for path in candidates:
+        checkpoint = read_checkpoint(path)
+        if checkpoint is not None and resumable and "optimizer_states" not in checkpoint:
+            rank_zero_warn(f"Skipping {path}: it holds weights only, no optimizer state to resume from")
+        elif checkpoint is not None:
+            return path, checkpoint
+    return None
+
+
+def best_of_run(newest: Path, checkpoint: dict) -> Path | None:
+    """The best checkpoint recorded by the run that wrote ``newest``: the ``best_model_path`` of its
+    monitoring ``ModelCheckpoint``, looked up by file name in that run's own folder only, so a path
+    stored in a checkpoint can never point the command elsewhere."""
+    for state in (checkpoint.get("callbacks") or {}).values():
+        if isinstance(state, dict) and state.get("monitor") and state.get("best_model_path"):
+            best = newest.parent / Path(str(state["best_model_path"])).name
+            if best.is_file():
+                return best
+    return None
+
+
+def version_of(run: Path, root: Path, numbered: bool) -> int | str | None:
+    """The logger ``version`` (or run id) that writes into ``run``, when ``run`` is one of
+    ``root``'s runs. ``numbered``: the logger counts ``version_N`` folders (W&B and MLflow name
+    them by run id, which may be all digits)."""
+    if run.parent.resolve() != root.resolve():
+        return None
+    number = run.name.removeprefix("version_")
+    return int(number) if numbered and number.isdigit() and run.name.startswith("version_") else run.name
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<run>/.lock``, holding the holder's PID.
+
+    The operating system drops the lock when its process ends, however it ends, so a killed run
+    never leaves a stale lock behind. Locks are per process and re-entrant: the commands of one
+    notebook or test take the same folder one after the other.
+    """
+
+    _held: ClassVar[dict[Path, int]] = {}
+
+    @classmethod
+    def acquire(cls, run: Path) -> None:
+        run = run.resolve()
+        if run in cls._held:
+            return
+        run.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunInUseError(
+                f"The run directory {run} is in use by another process (PID {holder}): two commands "
+                "writing one run would mix their checkpoints and logs. Wait for it to end (or stop it), "
+                "then run this again; to evaluate a checkpoint meanwhile, copy it outside runs/ first."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        cls._held[run] = fd
+
+    @classmethod
+    def release_all(cls) -> None:
+        for fd in cls._held.values():
+            os.close(fd)
+        cls._held.clear()
+
+
+def remove_stale_temporaries(run: Path) -> None:
+    """Checkpoint saves that a killed process left half-written (``AtomicCheckpointIO``'s
+    ``.<name>.<pid>.tmp``). Only called while holding the run's lock, so no save is under way."""
+    for stale in (run / "checkpoints").glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+
+
+def take_metrics_aside(run: Path) -> Path | None:
+    """Move ``metrics.csv`` out of the CSV logger's way before it opens the folder.
+
+    An aside file left by an earlier command that died before writing the rows back is the
+    complete copy, so it wins over a ``metrics.csv`` that may be half-written.
+    """
+    current, aside = run / METRICS_FILE, run / METRICS_ASIDE
+    if aside.is_file():
+        current.unlink(missing_ok=True)
+    elif current.is_file():
+        os.replace(current, aside)
+    else:
+        return None
+    return aside
+
+
+def logged_rows(logger: CSVLogger) -> int:
+    """How many rows the logger's ``metrics.csv`` holds (call it right after ``logger.save()``)."""
+    path = Path(logger.log_dir) / METRICS_FILE
+    if not path.is_file():
+        return 0
+    with open(path, newline="") as f:
+        return sum(1 for _ in csv.DictReader(f))
+
+
+def restore_metrics(logger: CSVLogger, aside: Path) -> None:
+    """Write every row of ``aside`` into the logger's new ``metrics.csv``, then drop ``aside``.
+
+    All of them: a resumed run that fails to start must leave them all. The rows its checkpoint
+    had not seen go once the resumed run starts training (``keep_first_rows``).
+    """
+    with open(aside, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        step = int(row.pop("step"))
+        logger.log_metrics({k: _number(v) for k, v in row.items() if v not in ("", None)}, step=step)
+    logger.save()
+    aside.unlink()
+
+
+def keep_first_rows(logger: CSVLogger, keep: int) -> None:
+    """Cut the logger's ``metrics.csv`` to its first ``keep`` rows, those on disk when the resumed
+    checkpoint was saved (``logged_rows``): the resumed run logs the later ones again. Rows cannot
+    be told apart by step, since the epoch-end rows logged just after a checkpoint share its step."""
+    path = Path(logger.log_dir) / METRICS_FILE
+    if not path.is_file():
+        return
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        fields = reader.fieldnames or []
+    if len(rows) <= keep:
+        return
+    temporary = path.with_name(f".{METRICS_FILE}.{os.getpid()}.tmp")
+    with open(temporary, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows[:keep])
+    os.replace(temporary, path)
+
+
+def _number(text: str) -> int | float:
+    """A CSV cell as the logger first wrote it: ``epoch`` stays ``3``, a loss keeps every digit."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)

@@ -1,0 +1,243 @@
+"""``predict`` leaves its output behind: a CSV of classes for images (the test split or a folder of
+files) and the continued prompts of the language model, each in a new file of the run directory,
+whose path is printed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import TINY_FIT, config, fit, small_gpt
+from proj.callbacks import PredictionFileWriter
+from proj.callbacks.prediction_writer import new_file
+from proj.cli import main
+
+QUIET = ("--trainer.enable_progress_bar=false",)
+
+
+def digits_run(folder: Path, *extra: str) -> Path:
+    """``last.ckpt`` of a digits run fitted in ``folder``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        fit("digits.yaml", extra=(*extra, "--test_after_fit=false", *QUIET))
+    return folder / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two training steps: enough for a checkpoint, not for good predictions."""
+    return digits_run(tmp_path_factory.mktemp("tiny_digits"), *TINY_FIT)
+
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two epochs: test accuracy well above chance."""
+    return digits_run(tmp_path_factory.mktemp("trained_digits"), "--trainer.max_epochs=2")
+
+
+def predict(*args: str):
+    return main(["predict", *args, *QUIET])
+
+
+def predict_digits(checkpoint: Path, *args: str):
+    return predict("--config", config("digits.yaml"), f"--ckpt_path={checkpoint}", *args)
+
+
+def written(cli) -> Path:
+    """The file the CLI's prediction writer wrote."""
+    (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, PredictionFileWriter)]
+    return writer.path
+
+
+def printed_path(out: str) -> Path:
+    (path,) = re.findall(r"^Predictions written to (.+)$", out, re.MULTILINE)
+    return Path(path)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def model_on_test_split(cli) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The predicted class and its probability for each test sample, computed from the model
+    directly on the split as training sees it, and the true labels."""
+    test = cli.datamodule.splits["test"]
+    x, labels = cli.datamodule.on_after_batch_transfer((test.images, test.labels), 0)
+    with torch.no_grad():
+        probs, preds = cli.model.eval()(x).softmax(-1).max(-1)
+    return preds, probs, labels
+
+
+def test_digits_csv_has_the_models_class_for_each_test_sample(tiny_checkpoint, workdir, capsys):
+    cli = predict_digits(tiny_checkpoint)
+    path = written(cli)
+    assert re.fullmatch(r"predictions(-\d+)?\.csv", path.name)
+    assert printed_path(capsys.readouterr().out) == path
+    rows = read_csv(path)
+    preds, probs, _ = model_on_test_split(cli)
+    assert list(rows[0]) == ["index", "class", "probability"]
+    assert [int(row["index"]) for row in rows] == list(range(len(preds)))
+    assert {row["class"] for row in rows} <= set(cli.datamodule.classes)
+    written_probs = torch.tensor([float(row["probability"]) for row in rows])
+    assert ((written_probs > 0) & (written_probs <= 1)).all()
+    assert [int(row["class"]) for row in rows] == preds.tolist()
+    assert torch.allclose(written_probs, probs, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_trained_digits_predictions_are_mostly_right(trained_checkpoint, workdir):
+    cli = predict_digits(trained_checkpoint)
+    rows = read_csv(written(cli))
+    _, _, labels = model_on_test_split(cli)
+    preds = torch.tensor([int(row["class"]) for row in rows])
+    assert (preds == labels).float().mean() > 0.5
+
+
+def test_a_second_predict_into_the_same_run_writes_a_new_file(tiny_checkpoint, workdir):
+    same_run = "--trainer.logger.init_args.version=7"
+    first = written(predict_digits(tiny_checkpoint, same_run))
+    before = first.read_bytes()
+    second = written(predict_digits(tiny_checkpoint, same_run))
+    assert second.parent == first.parent and re.fullmatch(r"predictions-\d+\.csv", second.name)
+    assert first.read_bytes() == before == second.read_bytes()
+
+
+def test_new_file_never_reuses_a_name(tmp_path):
+    names = []
+    for _ in range(3):
+        with new_file(tmp_path / "run", "predictions", ".csv") as f:
+            names.append(Path(f.name).name)
+    assert names == ["predictions.csv", "predictions-1.csv", "predictions-2.csv"]
+
+
+def write_digit_files(folder: Path, images: torch.Tensor) -> list[str]:
+    """Each 8×8 digit (intensities 0-16) twice: as an 8×8 grey PNG, and as a 32×32 RGB PNG that the
+    data module must turn grey and shrink. Both read back as the digit exactly."""
+    folder.mkdir()
+    names = []
+    for i, image in enumerate(images):
+        grey = (image[0].double().numpy() * 255 / 16).round().astype(np.uint8)
+        Image.fromarray(grey).save(folder / f"digit{i:02d}.png")
+        large = Image.fromarray(np.stack([grey] * 3, axis=-1)).resize((32, 32), Image.Resampling.NEAREST)
+        large.save(folder / f"large{i:02d}.png")
+        names += [f"digit{i:02d}.png", f"large{i:02d}.png"]
+    (folder / ".DS_Store").write_bytes(b"\0")  # hidden: not an image to classify
+    return sorted(names)
+
+
+def test_predict_on_a_folder_of_image_files(tiny_checkpoint, workdir):
+    on_split = predict_digits(tiny_checkpoint)
+    split_rows = read_csv(written(on_split))
+    n = 20
+    names = write_digit_files(workdir / "mine", on_split.datamodule.splits["test"].images[:n])
+
+    cli = predict_digits(tiny_checkpoint, "--data.init_args.predict_path=mine")
+    rows = read_csv(written(cli))
+    assert list(rows[0]) == ["file", "class", "probability"]
+    assert [row["file"] for row in rows] == names
+    assert {row["class"] for row in rows} <= set(cli.datamodule.classes)
+    by_file = {row["file"]: row for row in rows}
+    # The files hold the split's first images, so they get the same predictions.
+    for i in range(n):
+        for name in (f"digit{i:02d}.png", f"large{i:02d}.png"):
+            row, expected = by_file[name], split_rows[i]
+            assert row["class"] == expected["class"], name
+            assert float(row["probability"]) == pytest.approx(float(expected["probability"]), abs=2e-6)
+
+
+def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
+    from proj.data import CIFAR10DataModule, DigitsDataModule
+
+    ramp = np.tile(np.linspace(0, 65535, 8).round().astype(np.uint16), (8, 1))
+    Image.fromarray(ramp).save(tmp_path / "deep.png")  # 16-bit grey, which Pillow's 8-bit conversion clips
+    digits = DigitsDataModule().read_image(tmp_path / "deep.png")
+    assert digits.shape == (1, 8, 8) and digits[0, 0].tolist() == [0, 2, 5, 7, 9, 11, 14, 16]
+    colour = CIFAR10DataModule().read_image(tmp_path / "deep.png")  # grey to RGB, enlarged to 32×32
+    assert colour.shape == (3, 32, 32) and colour.dtype == torch.uint8
+    assert torch.equal(colour[0], colour[1]) and colour[0, 0, 0] == 0 and colour[0, 0, -1] == 255
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda folder: None,
+            r"data\.predict_path: no folder at 'mine'.*point data\.init_args\.predict_path at",
+        ),
+        (
+            lambda folder: folder.mkdir(),
+            r"data\.predict_path: 'mine' holds no files.*Put the images to classify",
+        ),
+        (
+            lambda folder: (folder.mkdir(), (folder / "notes.txt").write_text("not a picture")),
+            r"data\.predict_path: 'mine/notes\.txt' is not a readable image.*move it out of the folder",
+        ),
+    ],
+    ids=["missing", "empty", "unreadable"],
+)
+def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):
+    make(workdir / "mine")
+    with pytest.raises((FileNotFoundError, ValueError), match=f"(?s){message}"):
+        predict(
+            "--config", config("digits.yaml"), "--data.init_args.predict_path=mine", "--allow_untrained=true"
+        )
+    assert not list(workdir.rglob("predictions*"))
+
+
+def test_language_model_prints_and_writes_each_continuation(workdir, capsys):
+    text_config = config("shakespeare_char_cpu.yaml")
+    tiny = ("--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1")
+    fit(
+        "shakespeare_char_cpu.yaml",
+        extra=small_gpt(*tiny, "--model.init_args.num_samples=0", "--test_after_fit=false", *QUIET),
+    )
+    checkpoint = workdir / "runs" / "shakespeare_char_cpu" / "version_0" / "checkpoints" / "last.ckpt"
+    capsys.readouterr()
+    prompts = ["ROMEO:", "JULIET:"]
+    args = (
+        "--config",
+        text_config,
+        f"--ckpt_path={checkpoint}",
+        *small_gpt(),
+        f"--data.init_args.predict_prompts={json.dumps(prompts)}",
+        "--model.init_args.predict_tokens=20",
+        "--trainer.logger.init_args.version=7",
+    )
+    path = written(predict(*args))
+    out = capsys.readouterr().out
+    assert printed_path(out) == path
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["prompt"] for line in lines] == prompts
+    for line in lines:
+        assert line["text"].startswith(line["prompt"]) and len(line["text"]) == len(line["prompt"]) + 20
+        assert line["text"] in out
+
+    before = path.read_bytes()
+    again = written(predict(*args))
+    assert again.parent == path.parent and re.fullmatch(r"predictions-\d+\.jsonl", again.name)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_ddp_writes_the_single_process_file(tiny_checkpoint, workdir):
+    single = read_csv(written(predict_digits(tiny_checkpoint)))
+    command = [sys.executable, "-m", "proj", "predict", "--config", config("digits.yaml"),
+               "--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2",
+               f"--ckpt_path={tiny_checkpoint}", *QUIET]  # fmt: skip
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_csv(workdir / printed_path(result.stdout))  # printed once, by rank 0
+    assert [row["index"] for row in rows] == [row["index"] for row in single]
+    assert [row["class"] for row in rows] == [row["class"] for row in single]
+    for row, expected in zip(rows, single, strict=True):
+        assert float(row["probability"]) == pytest.approx(float(expected["probability"]), abs=2e-6)

@@ -1,0 +1,235 @@
+"""The run directory as a user meets it in the first hour: ``last.ckpt`` is the last state, the
+evaluating commands find the checkpoint and write beside it, short runs are complete, and nothing a
+run wrote is lost when a command resumes, fails, or meets another one in the same folder."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY_FIT, config, fit, small_gpt
+from proj.cli import main
+
+RUN = Path("runs/digits/version_0")
+# Two epochs at a rate that overshoots: val/loss worsens in the second epoch (2.2, then 7.8).
+WORSENING = (
+    "--trainer.max_epochs=2",
+    "--model.init_args.optimizer.init_args.lr=0.05",
+    "--trainer.enable_progress_bar=false",
+)
+
+
+def rows(run: Path) -> list[dict[str, str]]:
+    with open(run / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def steps_of(run: Path, name: str) -> list[int]:
+    return [int(row["step"]) for row in rows(run) if row.get(name)]
+
+
+def global_step(path: Path) -> int:
+    return torch.load(path, weights_only=True, map_location="cpu")["global_step"]
+
+
+def error_of(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code != 0
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A digits run whose val/loss worsened at its end, tested after fit; its folder is copied for
+    each test that changes it."""
+    workdir = tmp_path_factory.mktemp("finished")
+    previous = os.getcwd()
+    os.chdir(workdir)
+    try:
+        fit("digits.yaml", extra=WORSENING)
+    finally:
+        os.chdir(previous)
+    return workdir
+
+
+@pytest.fixture
+def run_copy(finished: Path, workdir: Path) -> Path:
+    subprocess.run(["cp", "-a", str(finished / "runs"), str(workdir)], check=True)
+    return workdir / RUN
+
+
+def test_last_checkpoint_is_the_final_state_when_val_loss_worsened(finished):
+    run = finished / RUN
+    best = [p for p in (run / "checkpoints").glob("epoch*.ckpt")]
+    assert len(best) == 1 and global_step(best[0]) == 21, "precondition: the best is epoch 0's"
+    assert steps_of(run, "val/loss") == [20, 41]  # logged before each validation's step is counted
+    assert global_step(run / "checkpoints" / "last.ckpt") == 42
+
+
+@pytest.mark.parametrize("subcommand", ["test", "validate"])
+def test_evaluating_commands_take_last_and_best_and_write_into_the_run(subcommand, run_copy, caplog):
+    before = rows(run_copy)
+    # What fit logged for each checkpoint: val/loss at each epoch's end; test/loss of the best.
+    val_losses = [float(row["val/loss"]) for row in before if row.get("val/loss")]
+    expected = {
+        ("validate", "best"): val_losses[0],
+        ("validate", "last"): val_losses[-1],
+        ("test", "best"): next(float(row["test/loss"]) for row in before if row.get("test/loss")),
+    }
+    best = next((run_copy / "checkpoints").glob("epoch000-*.ckpt"))
+    for which, file in (("last", run_copy / "checkpoints" / "last.ckpt"), ("best", best)):
+        cli = main([subcommand, "--config", config("digits.yaml"), f"--ckpt_path={which}"])
+        assert Path(cli.trainer.ckpt_path).resolve() == file.resolve()
+        if (subcommand, which) in expected:
+            logged = cli.trainer.callback_metrics["val/loss" if subcommand == "validate" else "test/loss"]
+            assert logged == pytest.approx(expected[subcommand, which], rel=1e-5)
+    assert sorted(p.name for p in run_copy.parent.iterdir()) == ["version_0"], "no new run folder"
+    after = rows(run_copy)
+    assert [r["step"] for r in after[: len(before)]] == [r["step"] for r in before], "rows kept"
+    assert len(after) == len(before) + 2, "one row per evaluation"
+    assert "Run directory: runs/digits/version_0" in caplog.text
+
+
+@pytest.mark.parametrize("subcommand", ["test", "validate", "predict"])
+def test_evaluating_without_a_checkpoint_is_refused_unless_asked(subcommand, workdir, capsys):
+    err = error_of([subcommand, "--config", config("digits.yaml")], capsys)
+    assert "untrained weights" in err and "--ckpt_path last" in err and "--allow_untrained=true" in err
+    assert not Path("runs").exists()
+    extra = (
+        "--trainer.limit_test_batches=1",
+        "--trainer.limit_val_batches=1",
+        "--trainer.limit_predict_batches=1",
+    )
+    cli = main([subcommand, "--config", config("digits.yaml"), "--allow_untrained=true", *extra])
+    assert cli.trainer.state.finished
+
+
+def test_last_with_nothing_to_evaluate_says_to_fit_first(workdir, capsys):
+    err = error_of(["test", "--config", config("digits.yaml"), "--ckpt_path=last"], capsys)
+    assert "no readable checkpoint under runs/digits" in err and "Run `fit` first" in err
+
+
+@pytest.mark.parametrize("how", ["last", "auto"])
+def test_resuming_a_finished_run_keeps_its_metrics(how, run_copy):
+    before = rows(run_copy)
+    fit("digits.yaml", extra=(*WORSENING, f"--ckpt_path={how}"))
+    after = rows(run_copy)
+    assert len(before) == 17 and after == before, "the finished run's rows, the final test's again"
+    assert sorted(p.name for p in run_copy.parent.iterdir()) == ["version_0"]
+
+
+def test_a_resume_that_fails_at_start_keeps_the_metrics(run_copy, capsys):
+    before = (run_copy / "metrics.csv").read_bytes()
+    # The newest checkpoint, written mid-epoch by a 2-process run: refused while it is restored.
+    checkpoint = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)
+    checkpoint["DigitsDataModule"]["train_order"].update(batches=5, epoch_done=False, world_size=2)
+    torch.save(checkpoint, run_copy / "checkpoints" / "two_processes.ckpt")
+    with pytest.raises(ValueError, match=r"run of 2 process\(es\).*--trainer.devices=2"):
+        fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last"))
+    assert (run_copy / "metrics.csv").read_bytes() == before
+    (run_copy / "checkpoints" / "two_processes.ckpt").unlink()
+
+    bare = run_copy / "checkpoints" / "weights.ckpt"
+    torch.save({k: checkpoint[k] for k in ("state_dict", "global_step", "epoch", "hyper_parameters")}, bare)
+    err = error_of(["fit", "--config", config("digits.yaml"), f"--ckpt_path={bare}"], capsys)
+    assert "holds weights only" in err and "init_from" in err
+    assert (run_copy / "metrics.csv").read_bytes() == before
+    # `last` passes over the newer file that cannot be resumed and takes the newest one that can.
+    fit("digits.yaml", extra=(*WORSENING, "--trainer.max_epochs=3", "--ckpt_path=last"))
+    assert global_step(run_copy / "checkpoints" / "last.ckpt") == 63
+    assert steps_of(run_copy, "val/loss") == [20, 41, 62]
+    assert steps_of(run_copy, "train/acc") == [20, 41, 62], "each epoch's training metrics once"
+
+
+def test_a_held_run_refuses_a_second_process_and_loses_nothing(run_copy, capsys):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from pathlib import Path; from proj.runs import RunLock; "
+         f"RunLock.acquire(Path({str(run_copy)!r})); print('held', flush=True); input()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"}
+        err = error_of(["fit", "--config", config("digits.yaml"), "--ckpt_path=last"], capsys)
+        assert f"in use by another process (PID {holder.pid})" in err
+        after = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file() and p.name != ".lock"}
+        assert after == before
+    finally:
+        holder.communicate("\n", timeout=30)
+    main(["test", "--config", config("digits.yaml"), "--ckpt_path=last"])  # free once it ends
+
+
+def test_stale_temporary_checkpoint_is_removed(run_copy):
+    stale = run_copy / "checkpoints" / ".last.ckpt.99999.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    main(["test", "--config", config("digits.yaml"), "--ckpt_path=last"])
+    assert not stale.exists()
+
+
+def test_debug_overlay_writes_nothing_outside_runs(workdir):
+    fit("digits.yaml", "trainer/debug.yaml")
+    assert sorted(p.name for p in workdir.iterdir()) in ([], ["runs"])
+
+
+@pytest.mark.slow
+def test_a_short_language_model_run_validates_samples_and_schedules_to_its_end(workdir):
+    extra = small_gpt(
+        "--trainer.max_steps=20",
+        "--trainer.limit_val_batches=2",
+        "--trainer.limit_test_batches=2",
+        "--model.init_args.sample_tokens=10",
+        "--trainer.enable_progress_bar=false",
+    )
+    fit("shakespeare_char_cpu.yaml", extra=extra)
+    run = workdir / "runs" / "shakespeare_char_cpu" / "version_0"
+    assert steps_of(run, "val/loss") == [19], "validated at its last step, not only at 250"
+    assert any(p.name.startswith("step00020-loss") for p in (run / "checkpoints").iterdir()), "a best"
+    assert "--- step 20, sample 0 ---" in (run / "samples.txt").read_text()
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["lr_schedulers"][0]["total_steps"] == 20
+
+
+def test_a_run_prints_where_it_writes_and_nothing_it_cannot_act_on(workdir):
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), *TINY_FIT]
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout + result.stderr
+    assert "Run directory: runs/digits/version_0" in out
+    assert "Best checkpoint: runs/digits/version_0/checkpoints/epoch000-loss" in out
+    assert "Last checkpoint: runs/digits/version_0/checkpoints/last.ckpt" in out
+    for noise in (
+        "Tip:",
+        "LeafSpec",
+        "Total Flops 0",
+        "weights_only` was not set",
+        "exists and is not empty",
+    ):
+        assert noise not in out, noise
+    tested = subprocess.run(
+        [sys.executable, "-m", "proj", "test", "--config", config("digits.yaml"), "--ckpt_path=best"],
+        cwd=workdir, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "dirpath has changed" not in tested.stdout + tested.stderr
+
+
+def test_the_readme_environment_works_in_a_fresh_shell(workdir):
+    """After `make install` (or `make train`), the README's `source .venv/bin/activate` is all a new
+    shell needs for `python -m proj`."""
+    activate = ROOT / ".venv" / "bin" / "activate"
+    if not activate.is_file():
+        pytest.skip("the environment is not the repository's .venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    command = f"python -m proj fit --config {config('digits.yaml')} --print_config"
+    script = f"source {activate} && {command}"
+    result = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "class_path: proj.models.ImageClassifier" in result.stdout
