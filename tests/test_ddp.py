@@ -208,17 +208,26 @@ def test_a_rank_killed_outright_stops_the_other_with_the_resume_command(workdir)
     assert saved["global_step"] == 4, "the checkpoint before the loss is intact"
 
 
-def in_session(session: int) -> list[int]:
-    """The processes still alive in a session (a launcher and everything it started)."""
+def children(parent: int) -> list[int]:
+    """The processes alive whose parent is ``parent`` (torchrun starts each worker in a session of
+    its own, so only the parentage ties them to their agent)."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
             continue
-        if int(fields[3]) == session and fields[0] != "Z":
+        if int(ppid) == parent and state != "Z":
             pids.append(int(stat.parent.name))
     return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @pytest.mark.slow
@@ -237,22 +246,26 @@ def test_workers_stop_and_save_when_their_torchrun_agent_is_killed(workdir):
             ["bash", str(ROOT / "scripts" / "torchrun.sh"), config("digits.yaml"), *fit],
             cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+    workers: list[int] = []
     try:
         for _ in range(300):
             if started.exists() or agent.poll() is not None:
                 break
             time.sleep(0.5)
         assert started.exists(), (workdir / "log.txt").read_text()[-3000:]
+        workers = children(agent.pid)
+        assert len(workers) == 2
         os.kill(agent.pid, signal.SIGKILL)  # the agent only: its workers are orphaned
         agent.wait()
         for _ in range(120):
-            if not in_session(agent.pid):
+            if not any(alive(pid) for pid in workers):
                 break
             time.sleep(0.5)
-        assert not in_session(agent.pid), "the workers trained on without their launcher"
+        assert not any(alive(pid) for pid in workers), "the workers trained on without their launcher"
     finally:
-        for pid in in_session(agent.pid):
-            os.kill(pid, signal.SIGKILL)
+        for pid in [agent.pid, *workers, *children(agent.pid)]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
     log = (workdir / "log.txt").read_text()
     assert "Received SIGTERM at step" in log, log[-3000:]
     saved = torch.load(workdir / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)

@@ -38,7 +38,11 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
     for path in checkpoints:
         state = torch.load(path, weights_only=True)
         assert state["global_step"] <= step
-        assert all(torch.isfinite(v).all() for v in state["state_dict"].values() if v.is_floating_point())
+        # The network's weights; a metric's state (the best accuracy so far starts at -inf) is no weight.
+        weights = [
+            v for k, v in state["state_dict"].items() if k.startswith("net.") and v.is_floating_point()
+        ]
+        assert weights and all(torch.isfinite(v).all() for v in weights)
 
 
 def test_debug_overlay_turns_on_anomaly_detection(workdir):

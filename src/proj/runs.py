@@ -13,6 +13,7 @@ import csv
 import fcntl
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -226,20 +227,11 @@ def take_metrics_aside(run: Path) -> Path | None:
     return aside
 
 
-def logged_rows(logger: CSVLogger) -> int:
-    """How many rows the logger's ``metrics.csv`` holds (call it right after ``logger.save()``)."""
-    path = Path(logger.log_dir) / METRICS_FILE
-    if not path.is_file():
-        return 0
-    with open(path, newline="") as f:
-        return sum(1 for _ in csv.DictReader(f))
-
-
 def restore_metrics(logger: CSVLogger, aside: Path) -> None:
     """Write every row of ``aside`` into the logger's new ``metrics.csv``, then drop ``aside``.
 
     All of them: a resumed run that fails to start must leave them all. The rows its checkpoint
-    had not seen go once the resumed run starts training (``keep_first_rows``).
+    had not seen go once the resumed run starts training (``rows_before``).
     """
     with open(aside, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -250,10 +242,8 @@ def restore_metrics(logger: CSVLogger, aside: Path) -> None:
     aside.unlink()
 
 
-def keep_first_rows(logger: CSVLogger, keep: int) -> None:
-    """Cut the logger's ``metrics.csv`` to its first ``keep`` rows, those on disk when the resumed
-    checkpoint was saved (``logged_rows``): the resumed run logs the later ones again. Rows cannot
-    be told apart by step, since the epoch-end rows logged just after a checkpoint share its step."""
+def rewrite_rows(logger: CSVLogger, keep: Callable[[list[dict[str, str]]], list[dict[str, str]]]) -> None:
+    """Replace the rows of the logger's ``metrics.csv`` by ``keep(rows)``, atomically."""
     path = Path(logger.log_dir) / METRICS_FILE
     if not path.is_file():
         return
@@ -261,14 +251,38 @@ def keep_first_rows(logger: CSVLogger, keep: int) -> None:
         reader = csv.DictReader(f)
         rows = list(reader)
         fields = reader.fieldnames or []
-    if len(rows) <= keep:
+    kept = keep(rows)
+    if len(kept) == len(rows):
         return
     temporary = path.with_name(f".{METRICS_FILE}.{os.getpid()}.tmp")
     with open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(rows[:keep])
+        writer.writerows(kept)
     os.replace(temporary, path)
+
+
+def rows_before(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
+    """Rows logged before optimizer step ``step``: a checkpoint at ``global_step == step`` has seen
+    them; the run that resumes it logs the later ones again."""
+    return lambda rows: [row for row in rows if int(row["step"]) < step]
+
+
+def without_repeats(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
+    """Rows of ``step`` logged twice (the same names) kept once, the later one.
+
+    Rows that share the step of a checkpoint may come before or after it: whether the resumed
+    run logs them again (the epoch-end metrics of an epoch whose last batch was checkpointed) is
+    Lightning's to decide, so both are kept until the second copy shows.
+    """
+
+    def keep(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+        names = [
+            frozenset(k for k, v in row.items() if v) if int(row["step"]) == step else None for row in rows
+        ]
+        return [row for i, row in enumerate(rows) if names[i] is None or names[i] not in names[i + 1 :]]
+
+    return keep
 
 
 def _number(text: str) -> int | float:

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from proj.runs import keep_first_rows, logged_rows
+from proj.runs import rewrite_rows, rows_before, without_repeats
 
 
 class ExactResume(Callback):
@@ -22,25 +22,24 @@ class ExactResume(Callback):
     are restored in ``on_train_start``, after the sanity check (whose sampling must not shift them).
 
     Loggers are flushed at every checkpoint, so no row older than the checkpoint is lost with the
-    process, and the checkpoint records how many rows ``metrics.csv`` then held: the resumed run
-    keeps those and logs the rest again.
+    process. A resumed run keeps the rows of ``metrics.csv`` logged before its checkpoint's step
+    and logs the later ones again; of the rows at that very step it keeps one copy each.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
-        self._metrics_rows: int | None = None
+        self._resumed_at: int | None = None
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # Called on every rank while the checkpoint is assembled, so the collective gather is safe.
         checkpoint["rng_states"] = gather(trainer, rng_states())
         for logger in trainer.loggers:
             logger.save()
-        if isinstance(trainer.logger, CSVLogger) and trainer.is_global_zero:
-            checkpoint["metrics_rows"] = logged_rows(trainer.logger)
+        self._drop_repeats(trainer)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         self._rng_states = checkpoint.get("rng_states")
-        self._metrics_rows = checkpoint.get("metrics_rows")
+        self._resumed_at = checkpoint.get("global_step")
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._rng_states is not None:
@@ -48,13 +47,22 @@ class ExactResume(Callback):
             set_rng_states(states[trainer.global_rank] if len(states) > trainer.global_rank else states[0])
             self._rng_states = None
         # Only once training resumes: a resume that fails to start keeps every row.
-        if (
-            self._metrics_rows is not None
-            and isinstance(trainer.logger, CSVLogger)
-            and trainer.is_global_zero
-        ):
-            keep_first_rows(trainer.logger, self._metrics_rows)
-        self._metrics_rows = None
+        if self._resumed_at is not None and self._writes_csv(trainer):
+            rewrite_rows(trainer.logger, rows_before(self._resumed_at))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._writes_csv(trainer):
+            trainer.logger.save()
+        self._drop_repeats(trainer)
+        self._resumed_at = None
+
+    def _drop_repeats(self, trainer: Trainer) -> None:
+        if self._resumed_at is not None and self._writes_csv(trainer):
+            rewrite_rows(trainer.logger, without_repeats(self._resumed_at - 1))
+
+    @staticmethod
+    def _writes_csv(trainer: Trainer) -> bool:
+        return isinstance(trainer.logger, CSVLogger) and trainer.is_global_zero
 
 
 def rng_states() -> dict[str, Any]:
