@@ -8,7 +8,7 @@ CONFIG ?= configs/digits.yaml
 # they share its module fixtures.
 PYTEST := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
 
-.PHONY: help install train test test-fast lint format rename clean
+.PHONY: help install train test test-fast lint format mlflow-ui rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,12 @@ lint: install ## ruff lint and format check
 format: install ## apply ruff's fixes and formatting
 	$(RUN) ruff check --fix .
 	$(RUN) ruff format .
+
+# The full mlflow (its server and UI, 300 MB) at the version of the locked client, whose store schema
+# it must match, in an environment of uv's own: .venv keeps only the client.
+mlflow-ui: install ## MLflow's UI on the runs logged with configs/logger/mlflow.yaml (http://127.0.0.1:5000)
+	version=$$($(RUN) python -c "from importlib.metadata import version; print(version('mlflow-skinny'))") && \
+		$(RUN) --with "mlflow==$$version" mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db
 
 rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject (then re-locks)
 	python3 scripts/rename.py "$(NAME)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import logging
 import pickle
 import sys
@@ -26,9 +27,9 @@ from lightning.pytorch.cli import (
     LightningCLI,
     SaveConfigCallback,
 )
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.callbacks import ExactResume, Preemption, StopOnDivergence, ValidateAtEnd
 from proj.checkpoint_io import AtomicCheckpointIO
@@ -37,7 +38,7 @@ from proj.runs import (
     RunLock,
     best_of_run,
     experiment_dir,
-    is_wandb,
+    logger_kind,
     newest_checkpoint,
     remove_stale_temporaries,
     restore_metrics,
@@ -66,7 +67,7 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
 
 class RunConfigSaver(SaveConfigCallback):
     """Saves the resolved config as ``config.yaml`` in the run directory, once per run, and hands it
-    to W&B when the run logs there.
+    to W&B or MLflow when the run logs there.
 
     Lightning's own callback writes to ``trainer.log_dir``, which for W&B is the shared ``save_dir``:
     a second run there collides with the first. The run directory is decided on rank 0 and
@@ -86,6 +87,8 @@ class RunConfigSaver(SaveConfigCallback):
             for logger in trainer.loggers:
                 if isinstance(logger, WandbLogger):
                     upload_config(logger, path)
+                elif isinstance(logger, MLFlowLogger):
+                    upload_config_to_mlflow(logger, path)
         self.already_saved = True
 
 
@@ -102,6 +105,46 @@ def upload_config(logger: WandbLogger, path: Path) -> None:
     copy = Path(run.dir) / "run_config.yaml"
     copy.write_text(text)
     run.save(str(copy), base_path=run.dir, policy="now")
+
+
+def upload_config_to_mlflow(logger: MLFlowLogger, path: Path) -> None:
+    """The run's config in MLflow twice: as the run's params, one per dotted key such as
+    ``data.init_args.batch_size`` (the MLflow UI filters and compares runs by them), and as the
+    artifact ``config.yaml``, which ``fit --config`` repeats the run from.
+
+    MLflow refuses a param value over its length limit: such a value is cut, ends with a note saying
+    so, and is named in a warning; the artifact keeps it whole. Resumed, the run receives the config
+    that started it again, as the run directory holds it: MLflow accepts a param logged again only
+    with the same value.
+    """
+    from mlflow.entities import Param
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+
+    note = " ... [cut: whole in the artifact config.yaml]"
+    params = flat_params(yaml.safe_load(path.read_text()))
+    if too_long := [key for key, value in params.items() if len(value) > MAX_PARAM_VAL_LENGTH]:
+        rank_zero_warn(f"MLflow params cut to {MAX_PARAM_VAL_LENGTH} characters: {', '.join(too_long)}")
+    for key in too_long:
+        params[key] = params[key][: MAX_PARAM_VAL_LENGTH - len(note)] + note
+    entries = [Param(key, value) for key, value in params.items()]
+    client, run_id = logger.experiment, logger.run_id
+    for start in range(0, len(entries), MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run_id, params=entries[start : start + MAX_PARAMS_TAGS_PER_BATCH])
+    client.log_artifact(run_id, str(path))
+
+
+def flat_params(value: object, key: str = "") -> dict[str, str]:
+    """A config as ``{dotted key: text}``: mappings and lists of mappings (the callbacks) are
+    opened, so each setting is its own param; other values are written as JSON (``[32, 64]``,
+    ``true``, ``null``), strings as they are."""
+    if isinstance(value, dict) and value:
+        items = value.items()
+    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        items = enumerate(value)
+    else:
+        return {key: value if isinstance(value, str) else json.dumps(value, default=str)}
+    prefix = f"{key}." if key else ""
+    return {k: v for name, item in items for k, v in flat_params(item, f"{prefix}{name}").items()}
 
 
 class ProjCLI(LightningCLI):
@@ -226,7 +269,7 @@ class ProjCLI(LightningCLI):
 
 def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
     """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
-    checkpoint's own run directory (for W&B: the same W&B run, whose id is the folder's name).
+    checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
 
     ``last`` is the experiment's newest readable checkpoint over all its runs (``auto`` in ``fit``:
     the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
@@ -287,8 +330,11 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
         )
     run = Path(ckpt_path).resolve().parent.parent
     if root is not None and Path(ckpt_path).parent.name == "checkpoints":
-        version = version_of(run, root, is_wandb(config))
-        if version is not None:
+        kind = logger_kind(config)
+        version = version_of(run, root, numbered=kind is None)
+        if version is not None and kind == "mlflow":  # MLFlowLogger takes the run's id, and no version
+            config.trainer.logger.init_args.run_id = version
+        elif version is not None:
             config.trainer.logger.init_args.version = version
     return checkpoint
 

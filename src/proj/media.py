@@ -1,7 +1,8 @@
 """Pictures and texts for the loggers: the one place that knows which logger shows what.
 
-TensorBoard and W&B show both; the CSV logger shows neither, so it gets no pictures and the texts
-go to a file in its run directory instead. Everything here writes on rank 0 only.
+TensorBoard, W&B and MLflow show both (MLflow: pictures by step, texts as artifact files); the CSV
+logger shows neither, so it gets no pictures and the texts go to a file in its run directory
+instead. Everything here writes on rank 0 only.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
 def takes_pictures(loggers: Sequence[Logger]) -> bool:
-    return any(isinstance(logger, (TensorBoardLogger, WandbLogger)) for logger in loggers)
+    return any(isinstance(logger, (TensorBoardLogger, WandbLogger, MLFlowLogger)) for logger in loggers)
 
 
 def pixels(figure: Figure) -> np.ndarray:
@@ -38,6 +39,8 @@ def log_picture(loggers: Sequence[Logger], key: str, figure: Figure, step: int) 
             logger.experiment.add_image(key, image, global_step=step, dataformats="HWC")
         elif isinstance(logger, WandbLogger):
             logger.log_image(key, [image], step=step)
+        elif isinstance(logger, MLFlowLogger):
+            logger.experiment.log_image(logger.run_id, image, key=key, step=step)
 
 
 @rank_zero_only
@@ -50,6 +53,9 @@ def log_texts(loggers: Sequence[Logger], key: str, texts: Sequence[str], step: i
                 logger.experiment.add_text(f"{key}/{i}", f"```\n{text}\n```", global_step=step)
         elif isinstance(logger, WandbLogger):
             logger.log_text(key, columns=["step", "text"], data=[[step, t] for t in texts])
+        elif isinstance(logger, MLFlowLogger):
+            text = "".join(f"--- sample {i} ---\n{t}\n\n" for i, t in enumerate(texts))
+            logger.experiment.log_text(logger.run_id, text, f"{key}/step{step:06d}.txt")
         else:
             path = Path(getattr(logger, "log_dir", None) or folder) / f"{key}.txt"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 import yaml
 from lightning.pytorch import Trainer
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
 METRICS_FILE = "metrics.csv"
@@ -48,34 +48,67 @@ def experiment_dir(config: Any) -> Path | None:
     """``<save_dir>/<name>`` of the configured logger: the folder holding one version per run.
 
     For W&B that is ``<save_dir>/<project>`` (its ``name`` titles a run), shared by every
-    experiment logging to the project.
+    experiment logging to the project; for MLflow, ``<save_dir>/<MLflow experiment id>``.
     """
     logger = config.trainer.get("logger")
     init_args = logger.get("init_args") if hasattr(logger, "get") else None
     if init_args is None:
         return None
     save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
-    if is_wandb(config):
+    kind = logger_kind(config)
+    if kind == "wandb":
         project = init_args.get("project") or os.environ.get("WANDB_PROJECT", "lightning_logs")
         return Path(save_dir) / project
+    if kind == "mlflow":
+        return mlflow_experiment_dir(init_args, config.trainer.get("default_root_dir"))
     name = init_args.get("name") or init_args.get("project") or "lightning_logs"
     return Path(save_dir) / str(name)
 
 
-def is_wandb(config: Any) -> bool:
+def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
+    """The folder MLFlowLogger's runs get, as it names it: ``<save_dir>/<experiment id>``, where the
+    id is the tracking store's, so the store is asked, and ``save_dir`` is the folder of a ``file:``
+    store, else the Trainer's ``default_root_dir``. An experiment not in the store yet has no runs:
+    its folder is one that does not exist."""
+    from mlflow.tracking import MlflowClient
+
+    uri = init_args.get("tracking_uri") or f"file:{init_args.get('save_dir')}"  # as MLFlowLogger does
+    name = init_args.get("experiment_name")
+    experiment = MlflowClient(uri).get_experiment_by_name(name)
+    save_dir = uri.removeprefix("file:") if uri.startswith("file:") else default_root_dir or "."
+    return Path(save_dir) / (experiment.experiment_id if experiment else f"(no MLflow experiment {name})")
+
+
+def logger_kind(config) -> str | None:
+    """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
+    and share a folder with other experiments' runs; None for the others."""
     logger = config.trainer.get("logger")
     class_path = logger.get("class_path") if hasattr(logger, "get") else None
     if not class_path:
-        return False
+        return None
     module, name = class_path.rsplit(".", 1)
-    return issubclass(getattr(importlib.import_module(module), name), WandbLogger)
+    cls = getattr(importlib.import_module(module), name)
+    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
 
 
-def same_experiment(run: Path, name: str | None) -> bool:
-    """Whether a W&B run directory belongs to the experiment ``name``, by the config it saved."""
+def same_experiment(run: Path, config) -> bool:
+    """Whether a run directory in a shared folder belongs to this experiment, by the config it saved.
+
+    A W&B run carries the experiment's ``name`` (its title). MLFlowLogger takes no name, so the
+    experiment's is dropped when the overlay swaps the logger in: an MLflow run belongs if it trains
+    the same model, network and data classes.
+    """
+    kind = logger_kind(config)
+
+    def identity(config: dict) -> tuple:
+        if kind == "wandb":
+            return (config["trainer"]["logger"]["init_args"].get("name"),)
+        net = config["model"].get("init_args", {}).get("net")
+        net = net.get("class_path") if isinstance(net, dict) else net
+        return config["model"]["class_path"], net, config["data"]["class_path"]
+
     try:
-        saved = yaml.safe_load((run / "config.yaml").read_text())
-        return saved["trainer"]["logger"]["init_args"].get("name") == name
+        return identity(yaml.safe_load((run / "config.yaml").read_text())) == identity(config.as_dict())
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return False
 
@@ -100,9 +133,8 @@ def newest_checkpoint(config: Any, root: Path, resumable: bool = False) -> tuple
     ``resumable``: only one that holds the optimizer state a resumed ``fit`` continues from, not
     one saved with weights only."""
     candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
-    if is_wandb(config):
-        name = config.trainer.logger.init_args.get("name")
-        candidates = [p for p in candidates if same_experiment(p.parent.parent, name)]
+    if logger_kind(config) is not None:
+        candidates = [p for p in candidates if same_experiment(p.parent.parent, config)]
     for path in candidates:
         checkpoint = read_checkpoint(path)
         if checkpoint is not None and resumable and "optimizer_states" not in checkpoint:
@@ -124,13 +156,14 @@ def best_of_run(newest: Path, checkpoint: dict) -> Path | None:
     return None
 
 
-def version_of(run: Path, root: Path, wandb: bool) -> int | str | None:
-    """The logger ``version`` that writes into ``run``, when ``run`` is one of ``root``'s runs."""
+def version_of(run: Path, root: Path, numbered: bool) -> int | str | None:
+    """The logger ``version`` (or run id) that writes into ``run``, when ``run`` is one of
+    ``root``'s runs. ``numbered``: the logger counts ``version_N`` folders (W&B and MLflow name
+    them by run id, which may be all digits)."""
     if run.parent.resolve() != root.resolve():
         return None
     number = run.name.removeprefix("version_")
-    # A W&B run id may be all digits; only the numbered folders of the other loggers are counted.
-    return int(number) if number.isdigit() and not wandb and run.name.startswith("version_") else run.name
+    return int(number) if numbered and number.isdigit() and run.name.startswith("version_") else run.name
 
 
 class RunLock:
