@@ -149,6 +149,7 @@ def test_a_resume_that_fails_at_start_keeps_the_metrics(run_copy, capsys):
     assert steps_of(run_copy, "train/acc") == [20, 41, 62], "each epoch's training metrics once"
 
 
+@pytest.mark.slow
 def test_a_held_run_refuses_a_second_process_and_loses_nothing(run_copy, capsys):
     holder = subprocess.Popen(
         [sys.executable, "-c", f"from pathlib import Path; from proj.runs import RunLock; "
@@ -197,6 +198,7 @@ def test_a_short_language_model_run_validates_samples_and_schedules_to_its_end(w
     assert checkpoint["lr_schedulers"][0]["total_steps"] == 20
 
 
+@pytest.mark.slow
 def test_a_run_prints_where_it_writes_and_nothing_it_cannot_act_on(workdir):
     command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), *TINY_FIT]
     result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300)
@@ -221,6 +223,7 @@ def test_a_run_prints_where_it_writes_and_nothing_it_cannot_act_on(workdir):
     assert "dirpath has changed" not in tested.stdout + tested.stderr
 
 
+@pytest.mark.slow
 def test_the_readme_environment_works_in_a_fresh_shell(workdir):
     """After `make install` (or `make train`), the README's `source .venv/bin/activate` is all a new
     shell needs for `python -m proj`."""
