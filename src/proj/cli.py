@@ -255,7 +255,7 @@ class ProjCLI(LightningCLI):
     def after_fit(self) -> None:
         trainer = self.trainer
         best = trainer.strategy.broadcast(
-            trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback is not None else ""
+            next((c.best_model_path for c in trainer.checkpoint_callbacks if c.best_model_path), "")
         )
         lasts = {c.last_model_path for c in trainer.checkpoint_callbacks if getattr(c, "last_model_path", "")}
         if best:
@@ -267,7 +267,7 @@ class ProjCLI(LightningCLI):
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
-def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
+def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> None:
     """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
     checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
 
@@ -275,8 +275,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
     best checkpoint of that newest run. Lightning's own ``last`` and ``best`` look only in the new
     run's empty folder and then quietly fall back to untrained weights. ``validate``, ``test`` and
-    ``predict`` never evaluate untrained weights unless ``--allow_untrained`` says so. Returns the
-    loaded checkpoint (tensors memory-mapped), or None when the command starts from scratch.
+    ``predict`` never evaluate untrained weights unless ``--allow_untrained`` says so.
     """
     ckpt_path = config.get("ckpt_path")
     evaluating = subcommand != "fit"
@@ -287,9 +286,9 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
                 "(the experiment's newest checkpoint), --ckpt_path best (the best of its newest run) or "
                 "the path of a .ckpt file; to evaluate untrained weights on purpose, --allow_untrained=true."
             )
-        return None
+        return
     if ckpt_path in ("hpc", "registry") or str(ckpt_path).startswith("registry:"):
-        return None
+        return
     root = experiment_dir(config)
     if ckpt_path in ("last", "auto", "best"):
         if root is None:
@@ -300,7 +299,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
         found = newest_checkpoint(config, root, resumable=not evaluating)
         if found is None and ckpt_path == "auto" and not evaluating:
             config.ckpt_path = None
-            return None
+            return
         if found is None:
             parser.error(
                 f"--ckpt_path {ckpt_path}: no readable checkpoint under {root}/*/checkpoints/. "
@@ -336,7 +335,6 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
-    return checkpoint
 
 
 def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:
