@@ -20,8 +20,11 @@ from typing import Any, ClassVar
 import torch
 import yaml
 from lightning.pytorch import Trainer
+from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
+
+from proj.preflight import check_ckpt_path
 
 METRICS_FILE = "metrics.csv"
 # metrics.csv is moved here while a command takes over its run directory, and written back from it:
@@ -291,3 +294,73 @@ def _number(text: str) -> int | float:
         return int(text)
     except ValueError:
         return float(text)
+
+
+def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> None:
+    """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
+    checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
+
+    ``last`` is the experiment's newest readable checkpoint over all its runs (``auto`` in ``fit``:
+    the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
+    best checkpoint of that newest run. Lightning's own ``last`` and ``best`` look only in the new
+    run's empty folder and then quietly fall back to untrained weights. ``validate``, ``test`` and
+    ``predict`` never evaluate untrained weights unless ``--allow_untrained`` says so.
+    """
+    ckpt_path = config.get("ckpt_path")
+    evaluating = subcommand != "fit"
+    if ckpt_path is None:
+        if evaluating and not config.get("allow_untrained") and not config.model.init_args.get("init_from"):
+            parser.error(
+                f"`{subcommand}` without --ckpt_path would use untrained weights. Pass --ckpt_path last "
+                "(the experiment's newest checkpoint), --ckpt_path best (the best of its newest run) or "
+                "the path of a .ckpt file; to evaluate untrained weights on purpose, --allow_untrained=true."
+            )
+        return
+    if ckpt_path in ("hpc", "registry") or str(ckpt_path).startswith("registry:"):
+        return
+    root = experiment_dir(config)
+    if ckpt_path in ("last", "auto", "best"):
+        if root is None:
+            parser.error(
+                f"--ckpt_path {ckpt_path}: the config has no logger, so there is no "
+                "runs/<experiment>/ folder to look in. Pass the path of a .ckpt file instead."
+            )
+        found = newest_checkpoint(config, root, resumable=not evaluating)
+        if found is None and ckpt_path == "auto" and not evaluating:
+            config.ckpt_path = None
+            return
+        if found is None:
+            parser.error(
+                f"--ckpt_path {ckpt_path}: no readable checkpoint under {root}/*/checkpoints/. "
+                + (
+                    "Run `fit` first, or pass the path of a .ckpt file."
+                    if evaluating
+                    else "Drop --ckpt_path to train from scratch (or use --ckpt_path auto: resume if "
+                    "possible, else start), or pass the path of a .ckpt file to resume from."
+                )
+            )
+        path, checkpoint = found
+        if ckpt_path == "best":
+            best = best_of_run(path, checkpoint)
+            if best is None:
+                parser.error(
+                    f"--ckpt_path best: the newest run, {path.parent.parent}, recorded no best checkpoint "
+                    "(no monitored ModelCheckpoint saved one). Use --ckpt_path last, or a .ckpt path."
+                )
+            path = best
+        config.ckpt_path = ckpt_path = str(path)
+    checkpoint = check_ckpt_path(ckpt_path, parser, config)
+    if not evaluating and "optimizer_states" not in checkpoint:
+        parser.error(
+            f"--ckpt_path: '{ckpt_path}' holds weights only, no optimizer state, so `fit` cannot resume "
+            "from it. To start training from these weights, use model.init_args.init_from where the "
+            "model has it; to evaluate them, use `test` or `validate`."
+        )
+    run = Path(ckpt_path).resolve().parent.parent
+    if root is not None and Path(ckpt_path).parent.name == "checkpoints":
+        kind = logger_kind(config)
+        version = version_of(run, root, numbered=kind is None)
+        if version is not None and kind == "mlflow":  # MLFlowLogger takes the run's id, and no version
+            config.trainer.logger.init_args.run_id = version
+        elif version is not None:
+            config.trainer.logger.init_args.version = version
