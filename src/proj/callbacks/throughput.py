@@ -10,7 +10,6 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops, measure_flops
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks.throughput_monitor import _plugin_to_compute_dtype
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
@@ -69,7 +68,7 @@ class TrainingThroughput(Callback):
         peak = self.available_flops
         device = trainer.strategy.root_device
         if peak is None:
-            peak = get_available_flops(device, _plugin_to_compute_dtype(trainer.precision_plugin))
+            peak = get_available_flops(device, compute_dtype(trainer))
             if peak is None and device.type == "cuda":
                 rank_zero_warn(
                     f"No peak FLOP/s known for {torch.cuda.get_device_name(device)}, so no train/mfu is "
@@ -136,7 +135,7 @@ class TrainingThroughput(Callback):
         # Straight to the loggers, at the step this step's other metrics get, as Lightning's
         # LearningRateMonitor does: through self.log each value would cost half a millisecond.
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.fit_loop.epoch_loop._batches_that_stepped)
+            logger.log_metrics(metrics, step=logged_step(trainer))
 
     def _count_flops(self, pl_module: LightningModule, inputs: torch.Tensor) -> int:
         net = getattr(pl_module, "net", None)
@@ -179,3 +178,20 @@ def peak_memory_mb(device: torch.device) -> float:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**20 if sys.platform == "darwin" else 2**10)  # bytes on macOS, KiB on Linux
+
+
+def logged_step(trainer: Trainer) -> int:
+    """The step Lightning gives the metrics logged in an optimizer step's ``on_train_batch_end``:
+    the count of optimizer steps before it (``global_step`` already counts this one)."""
+    return trainer.global_step - 1
+
+
+def compute_dtype(trainer: Trainer) -> torch.dtype:
+    """The dtype the precision plugin computes in, whose peak FLOP/s MFU is measured against.
+
+    Lightning has no public way to ask (its ThroughputMonitor uses this same private function);
+    ``tests/test_throughput.py`` fails if it moves or changes.
+    """
+    from lightning.pytorch.callbacks.throughput_monitor import _plugin_to_compute_dtype
+
+    return _plugin_to_compute_dtype(trainer.precision_plugin)
