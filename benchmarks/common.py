@@ -11,12 +11,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer, seed_everything
-from torch.nn import functional as F
+from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
 from proj.cli import ProjCLI, main
-from proj.models import ImageClassifier, LanguageModel
+from proj.models import TaskModule
 from proj.optim import WarmupCosineLR, param_groups
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,10 +106,10 @@ class PlainStep:
     with the module's network, AdamW and parameter groups, schedule, the trainer's clipping and
     precision."""
 
-    def __init__(self, model: LightningModule, trainer: Trainer, total_steps: int) -> None:
+    def __init__(self, model: TaskModule, trainer: Trainer, total_steps: int) -> None:
         self.device = trainer.strategy.root_device
         self.net = model.net.to(self.device).train()
-        self.loss = plain_loss(model)
+        self.loss = model.loss  # the task's own loss, applied to the network's output
         self.optimizer = model.optimizer(param_groups(self.net))
         self.scheduler = model.scheduler(self.optimizer)
         if isinstance(self.scheduler, WarmupCosineLR) and self.scheduler.total_steps is None:
@@ -127,15 +126,6 @@ class PlainStep:
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.clip)
         self.optimizer.step()
         self.scheduler.step()
-
-
-def plain_loss(model: LightningModule):
-    if isinstance(model, LanguageModel):
-        return lambda logits, y: F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
-    if isinstance(model, ImageClassifier):
-        smoothing = model.hparams.label_smoothing
-        return lambda logits, y: F.cross_entropy(logits, y, label_smoothing=smoothing)
-    raise TypeError(f"no plain loss for {type(model).__name__}")
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

@@ -226,6 +226,28 @@ def test_test_loss_is_the_mean_over_every_token_with_a_short_last_batch(tmp_path
     assert result["test/ppl"] == pytest.approx(expected.exp().item(), rel=1e-5)
 
 
+def test_an_overridden_loss_is_the_one_every_stage_uses(tmp_path):
+    class HalfLoss(LanguageModel):
+        def loss(self, logits, targets, reduction="mean"):
+            return 0.5 * super().loss(logits, targets, reduction)
+
+    torch.manual_seed(0)
+    model = HalfLoss(tiny_gpt(), VOCAB)
+    data = TextDataModule(str(write_verse(tmp_path)), url=None, block_size=16, batch_size=6)
+    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    (result,) = trainer.test(model, data, verbose=False)
+    x, y = (torch.cat(parts) for parts in zip(*data.test_dataloader(), strict=True))
+    with torch.no_grad():
+        logits = model(x)
+    assert model.loss(logits, y, reduction="none").shape == (y.numel(),)
+    assert result["test/loss"] == pytest.approx(
+        0.5 * F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
+    )
+    assert model.training_step((x[:2], y[:2]), 0).item() == pytest.approx(
+        model.loss(logits[:2], y[:2]).item()
+    )
+
+
 @pytest.mark.slow
 def test_debug_run_of_the_text_experiment(workdir):
     cli = main(

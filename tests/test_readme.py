@@ -1,5 +1,6 @@
 """README's "Start your own experiment" works as written: its files, dropped into a fresh copy of the
-repository with nothing else changed, lint clean, pass the config tests and train."""
+repository with nothing else changed, lint clean, pass the config tests and train. Its "Bring your
+own model" loss trains as the module it names."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
+import torch
 import yaml
+from torch.nn import functional as F
 
-from conftest import ROOT, copy_repo
+from conftest import ROOT, config, copy_repo
+from proj.cli import main
 
 # A fenced block right after `<!-- file: PATH -->` is the whole content of the file at PATH.
 FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?\n)```", re.DOTALL)
@@ -19,6 +24,17 @@ FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?\
 
 def readme_files() -> dict[str, str]:
     return {m["path"]: m["body"] for m in FILE_BLOCK.finditer((ROOT / "README.md").read_text())}
+
+
+def import_readme_module(path: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The README's file block ``path`` (under ``src/``) as the module that path names, as if the
+    file were there, without writing into the repository."""
+    name = path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+    module = types.ModuleType(name)
+    module.__file__ = str(ROOT / path)
+    exec(compile(readme_files()[path], path, "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
 
 
 @pytest.mark.slow
@@ -69,3 +85,26 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Last checkpoint: {run_dir}/checkpoints/last.ckpt" in resumed.stderr
     assert sorted(p.name for p in (copy / run_dir).parent.iterdir()) == ["version_0"]
+
+
+@pytest.mark.slow
+def test_readme_focal_loss_trains_the_digits_and_is_the_logged_loss(workdir, monkeypatch):
+    focal = import_readme_module("src/proj/models/focal.py", monkeypatch)
+    cli = main(["fit", "--config", config("digits.yaml"), "--model=proj.models.focal.FocalLossClassifier",
+                "--trainer.max_epochs=5", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    model, data = cli.model.eval(), cli.datamodule
+    assert type(model) is focal.FocalLossClassifier and model.gamma == 2.0
+    assert cli.trainer.callback_metrics["test/acc"] >= 0.95
+
+    # test/loss, from the best checkpoint now in the model, is the focal loss of the test split.
+    batches = [data.on_after_batch_transfer(batch, 0) for batch in data.test_dataloader()]
+    with torch.no_grad():
+        logits = torch.cat([model(x) for x, _ in batches])
+    targets = torch.cat([y for _, y in batches])
+    test_loss = cli.trainer.callback_metrics["test/loss"].item()
+    assert test_loss == pytest.approx(model.loss(logits, targets).item(), rel=1e-5)
+    assert test_loss < 0.5 * F.cross_entropy(logits, targets).item()
+    per_sample = model.loss(logits, targets, reduction="none")
+    assert per_sample.shape == targets.shape
+    model.gamma = 0.0  # no focusing: plain cross-entropy
+    torch.testing.assert_close(model.loss(logits, targets), F.cross_entropy(logits, targets))

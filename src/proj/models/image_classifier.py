@@ -7,6 +7,7 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 from torch import nn
 from torch.nn import functional as F
@@ -28,6 +29,10 @@ class ImageClassifier(TaskModule):
     Metric names follow ``<stage>/<metric>`` (``train/loss``, ``val/acc``, ``test/f1``) plus
     ``val/acc_best``, the best validation accuracy so far, which checkpointing can monitor.
     ``num_classes`` is linked from the data module by the CLI.
+
+    Two methods are meant to be overridden, so that a variant is a subclass of a few lines rather
+    than a copy: ``loss`` (every stage's loss: a focal loss is one method) and ``configure_metrics``
+    (the metrics each stage reports).
 
     With ``log_pictures``, each validation and test ends with two pictures for the loggers that show
     them (TensorBoard, W&B): ``<stage>/confusion_matrix``, counted over every process, and
@@ -60,12 +65,7 @@ class ImageClassifier(TaskModule):
         self.remove_ignored_hparams(["log_pictures"])
         self.log_pictures = log_pictures
         self.label_smoothing = label_smoothing
-        metrics = MetricCollection(
-            {
-                "acc": MulticlassAccuracy(num_classes, average="micro"),
-                "f1": MulticlassF1Score(num_classes, average="macro"),
-            }
-        )
+        metrics = self.configure_metrics()
         self.train_metrics = metrics.clone(prefix="train/")
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
@@ -90,11 +90,38 @@ class ImageClassifier(TaskModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def loss(
+        self, logits: torch.Tensor, targets: torch.Tensor, reduction: Literal["mean", "none"] = "mean"
+    ) -> torch.Tensor:
+        """Cross-entropy with ``label_smoothing``, per sample for ``reduction="none"`` (see
+        ``TaskModule.loss``). Override it to train with another loss: every stage uses it."""
+        return F.cross_entropy(logits, targets, reduction=reduction, label_smoothing=self.label_smoothing)
+
+    def configure_metrics(self) -> MetricCollection:
+        """The metrics each stage logs as ``<stage>/<name>``, built once and cloned per stage.
+
+        Validation and test update them with the logits; training, once per epoch, with the
+        predicted classes (storing an epoch of logits would cost memory with many classes), which
+        torchmetrics' classification metrics accept alike. Keep ``acc``: ``val/acc_best`` reads it.
+        """
+        num_classes = self.hparams.num_classes
+        return MetricCollection(
+            {
+                "acc": MulticlassAccuracy(num_classes, average="micro"),
+                "f1": MulticlassF1Score(num_classes, average="macro"),
+            }
+        )
+
     def example_input(self) -> torch.Tensor | None:
         shape = getattr(self.trainer.datamodule, "input_shape", None)
         return torch.zeros(2, *shape) if shape else None
 
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        warn_if_normalised_otherwise(self.net, self.trainer.datamodule)
+
     def on_train_start(self) -> None:
+        super().on_train_start()
         if self._resumed_train_outputs is not None:
             preds, targets = self._resumed_train_outputs[self.global_rank]
             self._train_preds, self._train_targets = [preds.to(self.device)], [targets.to(self.device)]
@@ -113,7 +140,7 @@ class ImageClassifier(TaskModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
-        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
+        loss = self.loss(logits, y)
         self._train_preds.append(logits.detach().argmax(dim=-1))
         self._train_targets.append(y)
         # Only where the loggers receive it: each self.log call costs Python time on every step.
@@ -171,7 +198,7 @@ class ImageClassifier(TaskModule):
     ) -> None:
         x, y = batch
         logits = self(x)
-        loss.update(F.cross_entropy(logits, y, reduction="none", label_smoothing=self.label_smoothing))
+        loss.update(self.loss(logits, y, reduction="none"))
         metrics.update(logits, y)
         # Metric objects are computed over the whole split and synced across DDP ranks, so every
         # rank agrees on the monitored value (and so on the best checkpoint).
@@ -215,6 +242,23 @@ class ImageClassifier(TaskModule):
             figure = misclassified_figure(to_pixels(x), y, preds, classes)
             log_picture(self.loggers, f"{stage}/misclassified", figure, self.global_step)
         self._misclassified = []
+
+
+def warn_if_normalised_otherwise(net: nn.Module, datamodule: object) -> None:
+    """Warn when a network's pretrained weights (``net.mean``, ``net.std``, as ``TorchvisionNet``
+    states them) expect another normalisation than the data module applies: nothing fails, the
+    weights merely see shifted inputs and fine-tuning starts further from what they learned."""
+    wanted = getattr(net, "mean", None), getattr(net, "std", None)
+    applied = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
+    if None in wanted or None in applied:
+        return
+    if tuple(map(tuple, wanted)) != tuple(map(tuple, applied)):
+        rank_zero_warn(
+            f"model.init_args.net: its pretrained weights expect images normalised with mean "
+            f"{wanted[0]} and std {wanted[1]}, but {type(datamodule).__name__} normalises with mean "
+            f"{applied[0]} and std {applied[1]}. Normalise the data with the network's mean and std "
+            "(a data module subclass that sets them does)."
+        )
 
 
 def misclassified_figure(

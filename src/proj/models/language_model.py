@@ -100,14 +100,17 @@ class LanguageModel(TaskModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.net(idx)
 
-    def loss(self, batch: tuple[torch.Tensor, torch.Tensor], reduction: str = "mean") -> torch.Tensor:
-        """Next-token cross-entropy; ``reduction="none"`` gives one value per target token."""
-        x, y = batch
-        logits = self(x)
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), reduction=reduction)
+    def loss(
+        self, logits: torch.Tensor, targets: torch.Tensor, reduction: Literal["mean", "none"] = "mean"
+    ) -> torch.Tensor:
+        """Next-token cross-entropy of logits ``(B, T, vocab)`` against targets ``(B, T)``; one value
+        per token, flattened, for ``reduction="none"`` (see ``TaskModule.loss``). Override it to
+        train with another loss: every stage uses it."""
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction=reduction)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(batch)
+        x, y = batch
+        loss = self.loss(self(x), y)
         # Only where the loggers receive it: each self.log call costs about a millisecond of Python.
         if self.is_logging_step():
             self.log("train/loss", loss, prog_bar=True)
@@ -134,7 +137,8 @@ class LanguageModel(TaskModule):
         # Every token counts once, in a short last batch too. Per-token values rather than a batch
         # mean with ``weight=``: ``nan_strategy="disable"`` (which spares a host sync per batch)
         # makes MeanMetric ignore weights.
-        self.val_loss.update(self.loss(batch, reduction="none"))
+        x, y = batch
+        self.val_loss.update(self.loss(self(x), y, reduction="none"))
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()
@@ -145,7 +149,8 @@ class LanguageModel(TaskModule):
             self.log_samples()
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        self.test_loss.update(self.loss(batch, reduction="none"))
+        x, y = batch
+        self.test_loss.update(self.loss(self(x), y, reduction="none"))
 
     def on_test_epoch_end(self) -> None:
         loss = self.test_loss.compute()

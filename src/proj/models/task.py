@@ -47,6 +47,18 @@ class TaskModule(LightningModule):
             # In-place compile keeps the parameter names, so checkpoints load with or without it.
             self.net.compile()
 
+    def loss(
+        self, logits: torch.Tensor, targets: torch.Tensor, reduction: Literal["mean", "none"] = "mean"
+    ) -> torch.Tensor:
+        """The task's loss of the network's output against the targets, in one method that training,
+        validation and test all call, so that another loss is one overridden method.
+
+        ``"mean"`` is the batch mean that training descends; ``"none"`` one value per sample (or
+        token), which validation and test average over the whole split: exact with a short last
+        batch and under DDP.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define loss(logits, targets, reduction)")
+
     def example_input(self) -> torch.Tensor | None:
         """A small batch of the network's input, for the model summary's FLOPs and shapes; None
         when the data module has not stated its shape."""
@@ -146,6 +158,12 @@ class TaskModule(LightningModule):
         steps_changed = total is not None and total != self.trainer.estimated_stepping_batches
         if lr != self.lr or warmup != self._warmup_steps or steps_changed:
             self.trainer.strategy.setup_optimizers(self.trainer)
+
+    def on_train_start(self) -> None:
+        # Lightning leaves each module in the mode it was built in (and warns about any in eval
+        # mode) rather than calling train(): calling it lets a network keep parts of itself out of
+        # training, such as TorchvisionNet's frozen batch norms.
+        self.net.train()
 
     def is_logging_step(self) -> bool:
         """Whether the loggers receive what this optimizer step logs.
