@@ -1,6 +1,6 @@
 """Shared test helpers: the shipped configs, a clean working folder, a copy of the repository,
-tiny copies of the downloadable datasets written in their real on-disk formats, and the shared
-Tiny Shakespeare text."""
+tiny copies of the downloadable datasets written in their real on-disk formats, folders of PNG
+files, and the shared Tiny Shakespeare text."""
 
 from __future__ import annotations
 
@@ -117,8 +117,46 @@ def copy_repo(dest: Path) -> Path:
 
 
 def experiment_args(name: str) -> tuple[str, ...]:
-    """Command-line arguments an experiment needs under test (the text ones: where the corpus is)."""
+    """Command-line arguments an experiment needs under test (the text ones: where the corpus is).
+
+    ``image_folder.yaml`` needs its folder instead, where the config says (``data/my_images``): two
+    class folders of one PNG each are written into the working folder, enough to build the model.
+    """
+    if name == "image_folder.yaml":
+        for label in (0, 1):
+            write_png(Path("data/my_images/train") / f"class{label}" / "0.png", np.full((4, 4), 255 * label))
     return EXPERIMENT_ARGS.get(name, ())
+
+
+def write_png(path: Path, pixels: np.ndarray) -> None:
+    """A grey PNG of ``pixels`` (0-255), its folders made as needed."""
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(pixels.astype(np.uint8)).save(path)
+
+
+def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -> dict[str, int]:
+    """scikit-learn's 1,797 8×8 digits as ``size``×``size`` grey PNG files in class folders ``0``…``9``:
+    ``root/{train,val,test}/<digit>/`` (70/15/15 %, seeded), or all in ``root/<digit>/``. Returns the
+    number of files per split folder."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    order = np.random.default_rng(0).permutation(len(digits.target))
+    cut = [int(0.7 * len(order)), int(0.85 * len(order))]
+    parts = dict(zip(("train", "val", "test"), np.split(order, cut), strict=True))
+    if not split_folders:
+        parts = {"": order}
+    for split, indices in parts.items():
+        for i in indices:
+            pixels = (digits.images[i] * 255 / 16).round()
+            image = Image.fromarray(pixels.astype(np.uint8)).resize((size, size), Image.BILINEAR)
+            path = root / split / str(digits.target[i]) / f"{i:04d}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            image.save(path)
+    return {split: len(indices) for split, indices in parts.items()}
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from lightning.pytorch import seed_everything
+from torch.utils.data import Dataset
 
 from conftest import fake_images
 from proj.data import CIFAR10DataModule, DigitsDataModule, MNISTDataModule
@@ -87,6 +88,39 @@ def test_training_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
     shards = [list(ResumableSampler(data, num_replicas=2, rank=r, seed=3)) for r in (0, 1)]
     assert sorted(shards[0] + shards[1]) == data
     assert len(list(ResumableSampler(data, seed=3, epoch_size=30))) == 30
+    keyed = list(ResumableSampler(data, seed=3, keyed=True))
+    assert [index for index, _ in keyed] == order, "the seeds per position leave the order alone"
+    resumed = ResumableSampler(data, seed=3, keyed=True)
+    resumed.start = 40
+    assert list(resumed) == keyed[40:]
+
+
+class NoisyItems(Dataset):
+    """A per-item dataset with a random transform: each image plus noise drawn from torch's RNG."""
+
+    def __init__(self, images: TensorImageDataset) -> None:
+        self.images = images
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image, label = self.images[index]
+        return image + torch.randint(0, 2, image.shape, dtype=torch.uint8), label
+
+
+def test_a_per_item_dataset_gets_default_collation_workers_and_repeatable_draws():
+    dm = DigitsDataModule(batch_size=32)
+    dm.setup("fit")
+    dm.splits["train"] = NoisyItems(dm.splits["train"])
+    before = torch.get_rng_state()
+    x, y = next(iter(dm.train_dataloader()))  # Lightning's default collation: a list
+    assert torch.equal(torch.get_rng_state(), before), "the global RNG, dropout's, is left alone"
+    assert x.shape == (32, 1, 8, 8) and x.dtype == torch.uint8 and y.shape == (32,)
+    assert dm.on_after_batch_transfer([x, y], 0)[0].dtype == torch.float32
+    dm.num_workers = 2
+    in_workers = list(dm.train_dataloader())
+    assert torch.equal(in_workers[0][0], x), "the same noise drawn in a worker as in this process"
 
 
 def test_random_translate_shifts_each_image_within_the_padding():

@@ -1,6 +1,7 @@
 """LightningDataModules: each owns its download, splits and loaders and states the data's facts
 (``num_classes``, ``input_shape``, a vocabulary) for the CLI to link into the model."""
 
+from proj.data.folder import ImageFolderDataModule
 from proj.data.image import (
     CIFAR10DataModule,
     DigitsDataModule,
@@ -16,6 +17,7 @@ __all__ = [
     "DigitsDataModule",
     "FashionMNISTDataModule",
     "ImageDataModule",
+    "ImageFolderDataModule",
     "MNISTDataModule",
     "TextDataModule",
 ]

@@ -1,32 +1,37 @@
-"""Image classification data modules, all held in memory as tensors."""
+"""Image classification data modules held in memory as tensors, and what image data modules share."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from lightning.pytorch import LightningDataModule
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms.v2 import functional as TF
 
-from proj.data.resumable import ResumableDataModule
+from proj.data.resumable import TrainOrder, eval_loader
 from proj.data.tensors import TensorImageDataset, random_hflip, random_translate
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
 
-class ImageDataModule(ResumableDataModule):
+class ImageDataModule(LightningDataModule):
     """Shared loading, splitting and batching for image data modules.
 
     A subclass states its facts (``num_classes`` and their names, ``classes``; ``input_shape``;
     normalisation ``mean``/``std``; pixel ``scale``; which augmentations suit it) and implements
     ``load(train)`` returning uint8 ``(N, C, H, W)`` images with int64 labels; downloads belong in
-    ``prepare_data``, which Lightning runs on one process per node only. The validation split is
+    ``prepare_data``, which Lightning runs on one process per node only. A subclass whose images do
+    not fit in memory may put any map-style datasets in ``splits`` instead (items of a uint8
+    ``(C, H, W)`` image and its label): they are loaded item by item, with ``num_workers`` workers
+    and Lightning's default collation, and resume as exactly (``TrainOrder``). The validation split is
     cut from the training set with ``split_seed``, so it never changes with the training seed.
     Batches travel as stored (uint8) and are scaled, augmented (training only) and normalised on
     the device after transfer, drawing from the global RNG in step order, so a resumed run repeats
@@ -74,7 +79,8 @@ class ImageDataModule(ResumableDataModule):
         self.pin_memory = pin_memory
         self.predict_path = None if predict_path is None else Path(predict_path)
         self.predict_files: list[str] = []
-        self.splits: dict[str, TensorImageDataset] = {}
+        self.splits: dict[str, Dataset] = {}
+        self.train_order = TrainOrder()
         self._normalisation: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def load(self, train: bool) -> Split:
@@ -103,7 +109,10 @@ class ImageDataModule(ResumableDataModule):
         rank_zero_info(f"{type(self).__name__}: {sizes} images of shape {self.input_shape}")
 
     def train_dataloader(self) -> DataLoader:
-        return self.train_loader(self.splits["train"])
+        train = self.splits["train"]
+        return self.train_order.loader(
+            train, self.batch_size, self.trainer, num_workers=self.num_workers, pin_memory=self.pin_memory
+        )
 
     def val_dataloader(self) -> DataLoader:
         return self.loader("val")
@@ -113,6 +122,17 @@ class ImageDataModule(ResumableDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self.loader("test" if self.predict_path is None else "predict")
+
+    def loader(self, split: str) -> DataLoader:
+        return eval_loader(
+            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.train_order.state_dict(self.trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train_order.load_state_dict(state_dict, self.trainer)
 
     def on_after_batch_transfer(
         self, batch: Split | torch.Tensor, dataloader_idx: int
@@ -145,18 +165,8 @@ class ImageDataModule(ResumableDataModule):
         before any prediction, with the field and the fix."""
         if "predict" in self.splits:
             return
-        folder, fix = self.predict_path, "point data.init_args.predict_path at a folder of image files"
-        if not folder.is_dir():
-            raise FileNotFoundError(
-                f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
-                "(PNG, JPEG, …), or leave it unset to predict on the test split."
-            )
-        paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-        if not paths:
-            raise ValueError(
-                f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "
-                f"images to classify directly in it, or {fix}."
-            )
+        folder = self.predict_path
+        paths = predict_files(folder)
         images = torch.stack([self.read_image(path) for path in paths])
         # No labels: -1, as torchvision's STL10 marks its unlabelled images.
         self.splits["predict"] = TensorImageDataset(images, torch.full((len(images),), -1))
@@ -187,6 +197,24 @@ class ImageDataModule(ResumableDataModule):
         else:
             x = TF.resize(x, [height, width], antialias=True)
         return x.mul(self.scale).round().clamp(0, self.scale).to(torch.uint8)
+
+
+def predict_files(folder: Path) -> list[Path]:
+    """The files directly in ``folder`` (``data.predict_path``), in name order, hidden ones left out;
+    refused with the field and the fix when there is no such folder or it holds none."""
+    fix = "point data.init_args.predict_path at a folder of image files"
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
+            "(PNG, JPEG, …), or leave it unset to predict on the test split."
+        )
+    paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if not paths:
+        raise ValueError(
+            f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "
+            f"images to classify directly in it, or {fix}."
+        )
+    return paths
 
 
 def unit_intensities(image: Image.Image, grey: bool) -> torch.Tensor:

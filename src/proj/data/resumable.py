@@ -1,4 +1,6 @@
-"""Training order that a checkpoint can restore exactly, mid-epoch included."""
+"""Training order that a checkpoint can restore exactly, mid-epoch included, and the loaders every
+data module builds: one batched gather for whole-tensor datasets, per-item calls, workers and
+Lightning's default collation for any other map-style dataset."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import Trainer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -24,6 +26,10 @@ class ResumableSampler(DistributedSampler):
     It is a ``DistributedSampler``, so Lightning leaves it in place under DDP and each rank keeps its
     own shard and position. ``epoch_size`` caps an epoch at that many samples (across all ranks),
     for data sets where an "epoch" is a chosen number of random draws.
+
+    ``keyed`` yields ``(index, item_seed)`` pairs for ``SeededItems``: one seed per position of the
+    epoch, drawn from the same generator after the order, so random transforms are a function of
+    (seed, epoch, position) too.
     """
 
     def __init__(
@@ -33,85 +39,147 @@ class ResumableSampler(DistributedSampler):
         rank: int = 0,
         seed: int = 0,
         epoch_size: int | None = None,
+        keyed: bool = False,
     ) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed)
         self.epoch_size = epoch_size
         if epoch_size is not None:
             self.num_samples = -(-epoch_size // num_replicas)
             self.total_size = self.num_samples * num_replicas
+        self.keyed = keyed
         self.start = 0
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[int] | Iterator[tuple[int, int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         indices = torch.randperm(len(self.dataset), generator=generator)
         if self.total_size > len(indices):
             indices = indices.repeat(-(-self.total_size // len(indices)))
         mine = indices[: self.total_size][self.rank :: self.num_replicas]
         start, self.start = self.start, 0
-        return iter(mine[start:].tolist())
+        if not self.keyed:
+            return iter(mine[start:].tolist())
+        # torch's CPU generator keeps 32 bits of a seed, so that is all a seed gets.
+        seeds = torch.randint(2**32, (self.total_size,), generator=generator)
+        mine_seeds = seeds[self.rank :: self.num_replicas]
+        return zip(mine[start:].tolist(), mine_seeds[start:].tolist(), strict=True)
 
 
-class ResumableDataModule(LightningDataModule):
-    """A data module of whole-tensor splits (``self.splits``, datasets with a batched
-    ``__getitems__``) whose training order is saved in checkpoints and restored on resume.
+class SeededItems(Dataset):
+    """A per-item dataset whose item ``(index, item_seed)`` is built with torch's RNG seeded by
+    ``item_seed``, the global RNG left as it was.
 
-    Lightning stores ``state_dict()`` in every checkpoint and hands it back through
-    ``load_state_dict()`` before the training loader is built, so ``train_loader`` can start the
-    sampler at the saved epoch and batch. The loader's own generator (used for worker seeds) is
-    seeded too, so building a loader never draws from the global RNG that dropout uses.
+    Random transforms then draw the same numbers for a sample wherever it is built: in the main
+    process or any loader worker, in an uninterrupted run or one resumed mid-epoch (whose fresh
+    workers would otherwise restart their RNG streams), and dropout in the training step never
+    sees the data's draws. torchvision's transforms draw from torch's RNG; one drawing from
+    ``random`` or NumPy would not repeat on resume.
     """
 
-    batch_size: int
-    num_workers: int
-    pin_memory: bool
-    splits: dict[str, Dataset]
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: tuple[int, int]) -> Any:
+        index, item_seed = key
+        # The default generator itself: torch.manual_seed would also seed every accelerator, and
+        # costs 50x more per item.
+        rng = torch.default_generator
+        state = rng.get_state()
+        rng.manual_seed(item_seed)
+        try:
+            return self.dataset[index]
+        finally:
+            rng.set_state(state)
+
+
+def batched(dataset: Dataset) -> bool:
+    """Whether ``dataset`` cuts a whole batch in one ``__getitems__`` call (whole-tensor datasets)."""
+    return hasattr(type(dataset), "__getitems__")
+
+
+def loader_options(dataset: Dataset, num_workers: int, pin_memory: bool) -> dict[str, Any]:
+    """``DataLoader`` options for ``dataset``: a batched dataset returns its batch as it is
+    (``keep_batch``), a per-item one gets Lightning's default collation."""
+    options: dict[str, Any] = {
+        "num_workers": num_workers,
+        "pin_memory": pin_memory,
+        "persistent_workers": num_workers > 0,
+    }
+    if batched(dataset):
+        options["collate_fn"] = keep_batch
+    return options
+
+
+def eval_loader(
+    dataset: Dataset, batch_size: int, trainer: Trainer | None, num_workers: int = 0, pin_memory: bool = False
+) -> DataLoader:
+    """The loader of an evaluation split, in order.
+
+    Under DDP each rank takes every ``world_size``-th sample and no more: Lightning's default
+    ``DistributedSampler`` would pad the shards with repeated samples, which the metrics would
+    then count twice.
+    """
+    sampler = None
+    if trainer is not None and trainer.world_size > 1:
+        sampler = UnrepeatedDistributedSampler(
+            dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+        )
+    options = loader_options(dataset, num_workers, pin_memory)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **options)
+
+
+class TrainOrder:
+    """The training order of a data module: builds its training loader and holds where a
+    checkpoint left it, so the order is resumed exactly, mid-epoch included.
+
+    A data module keeps one and hands Lightning's checkpoint hooks to it::
+
+        def state_dict(self):
+            return self.train_order.state_dict(self.trainer)
+
+        def load_state_dict(self, state_dict):
+            self.train_order.load_state_dict(state_dict, self.trainer)
+
+    Lightning stores ``state_dict()`` in every checkpoint and hands it back through
+    ``load_state_dict()`` before the training loader is built, so ``loader`` starts the sampler at
+    the saved epoch and batch. The loader's own generator (used for worker seeds) is seeded too, so
+    building a loader never draws from the global RNG that dropout uses. A per-item dataset is
+    wrapped in ``SeededItems``, so its random transforms repeat exactly with or without workers.
+    """
 
     def __init__(self) -> None:
-        super().__init__()
         self._resume_from: dict[str, Any] | None = None
 
-    def loader_kwargs(self) -> dict[str, Any]:
-        return {
-            "collate_fn": keep_batch,
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.num_workers > 0,
-        }
-
-    def loader(self, split: str) -> DataLoader:
-        """The loader of an evaluation split, in order.
-
-        Under DDP each rank takes every ``world_size``-th sample and no more: Lightning's default
-        ``DistributedSampler`` would pad the shards with repeated samples, which the metrics would
-        then count twice.
-        """
-        dataset, sampler, trainer = self.splits[split], None, self.trainer
-        if trainer is not None and trainer.world_size > 1:
-            sampler = UnrepeatedDistributedSampler(
-                dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
-            )
-        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, **self.loader_kwargs())
-
-    def train_loader(self, dataset: Sized, epoch_size: int | None = None) -> DataLoader:
-        trainer = self.trainer
+    def loader(
+        self,
+        dataset: Sized,
+        batch_size: int,
+        trainer: Trainer | None,
+        epoch_size: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ) -> DataLoader:
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        sampler = ResumableSampler(dataset, replicas, rank, seed=seed, epoch_size=epoch_size)
+        options = loader_options(dataset, num_workers, pin_memory)
+        keyed = not batched(dataset)
+        sampler = ResumableSampler(dataset, replicas, rank, seed=seed, epoch_size=epoch_size, keyed=keyed)
         if self._resume_from is not None:
             epoch, batches = self._resume_from["epoch"], self._resume_from["batches"]
             if self._resume_from["epoch_done"]:
                 sampler.set_epoch(epoch + 1)
             else:
                 sampler.set_epoch(epoch)
-                sampler.start = batches * self.batch_size
+                sampler.start = batches * batch_size
             self._resume_from = None
         generator = torch.Generator().manual_seed(seed)
-        return DataLoader(
-            dataset, batch_size=self.batch_size, sampler=sampler, generator=generator, **self.loader_kwargs()
-        )
+        items = SeededItems(dataset) if keyed else dataset
+        return DataLoader(items, batch_size=batch_size, sampler=sampler, generator=generator, **options)
 
-    def state_dict(self) -> dict[str, Any]:
-        trainer = self.trainer
+    def state_dict(self, trainer: Trainer | None) -> dict[str, Any]:
+        """Where training stands: epoch, batches done in it, and the number of processes."""
         if trainer is None or trainer.state.fn != TrainerFn.FITTING:
             return {}
         batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
@@ -124,10 +192,10 @@ class ResumableDataModule(LightningDataModule):
             }
         }
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], trainer: Trainer | None) -> None:
         self._resume_from = state_dict.get("train_order")
         saved = (self._resume_from or {}).get("world_size", 1)
-        now = self.trainer.world_size if self.trainer is not None else 1
+        now = trainer.world_size if trainer is not None else 1
         if saved != now and not (self._resume_from or {}).get("epoch_done"):
             # Each process's position is counted in its own shard: with another number of
             # processes the rest of the epoch would be other samples than the interrupted run's.

@@ -1,0 +1,330 @@
+"""Your own images: a folder of image files, one subfolder per class, decoded file by file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision import datasets
+from torchvision.transforms import v2
+
+from proj.data.image import predict_files
+from proj.data.resumable import TrainOrder, eval_loader
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+SPLITS = ("train", "val", "test")
+
+
+class ImageFiles(Dataset):
+    """``(path, label)`` samples, each read with Pillow as ``mode`` ("RGB" or "L") and passed
+    through ``transform`` when it is asked for: the images need not fit in memory. ``field`` is the
+    setting that named the files, for the message about an unreadable one."""
+
+    def __init__(
+        self, samples: Sequence[tuple[str, int]], mode: str, transform: v2.Transform, field: str = "data.root"
+    ) -> None:
+        self.samples = list(samples)
+        self.mode = mode
+        self.transform = transform
+        self.field = field
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, label = self.samples[index]
+        try:
+            with Image.open(path) as image:
+                image = image.convert(self.mode)
+        except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError
+            raise ValueError(
+                f"{self.field}: '{path}' is not a readable image ({error}). Convert it to PNG or JPEG, "
+                "or move it out of the folder."
+            ) from error
+        return self.transform(image), label
+
+
+class _ClassFolder(datasets.ImageFolder):
+    """torchvision's ``ImageFolder`` with the classes given rather than found, so that every split
+    numbers them as the training folder does, even where a split lacks a class."""
+
+    def __init__(self, root: Path, classes: Sequence[str]) -> None:
+        self._given = list(classes)
+        super().__init__(str(root), allow_empty=True)
+
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        return self._given, {name: i for i, name in enumerate(self._given)}
+
+
+class ImageFolderDataModule(LightningDataModule):
+    """Image classification on a folder of image files, in torchvision's ``ImageFolder`` layout::
+
+        root/train/<class>/*.png    root/val/<class>/*.png    root/test/<class>/*.png
+
+    or one folder split three ways, ``root/<class>/*.png``. A split without its folder is cut
+    from the training images (``test_fraction`` and ``val_fraction`` of them), seeded by
+    ``split_seed``, so the training seed never moves it. The classes are the
+    training folder's subfolders, in name order; files of other types than images are skipped.
+
+    Unlike the in-memory tensor modules, the files are decoded one by one in the loader's
+    ``num_workers`` processes and transformed there with torchvision's transforms v2: training
+    images get a random resized crop (``crop_scale`` of the area) and a horizontal flip (``flip``)
+    when ``augment`` is on; evaluation images are resized and centre-cropped to ``crop_fraction``
+    of their side (ImageNet's 0.875). Both end at ``image_size`` squared, normalised with ``mean``
+    and ``std`` (ImageNet's by default), so nothing is left to do on the device. The order and
+    every random crop resume exactly (``TrainOrder``), with any number of workers.
+
+    ``num_classes`` and ``input_shape`` (``channels``: 3 converts to RGB, 1 to grey) are known once
+    the folder is found, which the CLI needs when it builds the model. ``predict_path`` predicts on
+    every image file directly in that folder, through the evaluation transform.
+    """
+
+    def __init__(
+        self,
+        root: str = "data/my_images",
+        image_size: int = 32,
+        channels: int = 3,
+        batch_size: int = 64,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        split_seed: int = 12345,
+        augment: bool = True,
+        flip: bool = True,
+        crop_scale: tuple[float, float] = (0.5, 1.0),
+        crop_fraction: float = 0.875,
+        mean: Sequence[float] = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        predict_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        if image_size < 1:
+            raise ValueError(f"data.image_size must be a positive integer, got {image_size}")
+        if channels not in (1, 3):
+            raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {channels}")
+        if batch_size < 1:
+            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
+        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0.0 < value < 1.0:
+                raise ValueError(f"data.{name} must be in (0, 1), got {value}")
+        if val_fraction + test_fraction >= 1.0:
+            raise ValueError(
+                f"data.val_fraction + data.test_fraction must be below 1 to leave training images, got "
+                f"{val_fraction} + {test_fraction}"
+            )
+        if not 0.0 < crop_scale[0] <= crop_scale[1] <= 1.0:
+            raise ValueError(
+                f"data.crop_scale must be (low, high) with 0 < low <= high <= 1, got {crop_scale}"
+            )
+        if not 0.0 < crop_fraction <= 1.0:
+            raise ValueError(f"data.crop_fraction must be in (0, 1], got {crop_fraction}")
+        if len(mean) != channels or len(std) != channels or min(std) <= 0:
+            raise ValueError(
+                f"data.mean and data.std need one value per channel ({channels}), std positive; got "
+                f"mean {list(mean)}, std {list(std)}. With channels 1, e.g. --data.init_args.mean=[0.5] "
+                "--data.init_args.std=[0.25]."
+            )
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        self.save_hyperparameters()
+        self.root = Path(root)
+        self.image_size = image_size
+        self.channels = channels
+        self.batch_size = batch_size
+        self.val_fraction = val_fraction
+        self.test_fraction = test_fraction
+        self.split_seed = split_seed
+        self.augment = augment
+        self.flip = flip
+        self.crop_scale = tuple(crop_scale)
+        self.crop_fraction = crop_fraction
+        self.mean = tuple(mean)
+        self.std = tuple(std)
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.predict_path = None if predict_path is None else Path(predict_path)
+        self.predict_files: list[str] = []
+        self.splits: dict[str, ImageFiles] = {}
+        self.train_order = TrainOrder()
+        self._classes: tuple[str, ...] | None = None
+
+    @property
+    def split_folders(self) -> bool:
+        """Whether ``root`` holds ``train/`` (and maybe ``val/``, ``test/``) rather than the classes."""
+        return (self.root / "train").is_dir()
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        if self._classes is None:
+            self._classes = self.find_classes()
+        return self._classes
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return (self.channels, self.image_size, self.image_size)
+
+    def find_classes(self) -> tuple[str, ...]:
+        fix = "or point --data.init_args.root at your folder"
+        if not self.root.is_dir():
+            raise FileNotFoundError(
+                f"data.root: no folder at '{self.root}'. Put your images in {self.root}/train/<class>/ "
+                f"(and val/, test/ beside train/ if you have them) or in {self.root}/<class>/, {fix}."
+            )
+        folder = self.root / "train" if self.split_folders else self.root
+        names = tuple(sorted(_subfolders(folder)))
+        if not self.split_folders and {"val", "test"} & set(names):
+            raise ValueError(
+                f"data.root: '{self.root}' has val/ or test/ but no train/ folder. Add the training "
+                f"images as {self.root}/train/<class>/, or put the classes directly in {self.root}."
+            )
+        if not names:
+            raise ValueError(
+                f"data.root: '{folder}' holds no class folders. Put each class's images in a subfolder "
+                f"named after the class ({folder}/<class>/*.png), {fix}."
+            )
+        return names
+
+    def setup(self, stage: str) -> None:
+        if stage == "predict" and self.predict_path is not None:
+            self.setup_predict_files()
+            return
+        if "train" in self.splits:
+            return
+        samples = self.find_samples()
+        mode = "L" if self.channels == 1 else "RGB"
+        self.splits.update(
+            train=ImageFiles(samples["train"], mode, self.train_transform()),
+            val=ImageFiles(samples["val"], mode, self.eval_transform()),
+            test=ImageFiles(samples["test"], mode, self.eval_transform()),
+        )
+        sizes = ", ".join(f"{name} {len(ds)}" for name, ds in self.splits.items())
+        rank_zero_info(
+            f"ImageFolderDataModule: '{self.root}', {self.num_classes} classes; {sizes} image files, "
+            f"as shape {self.input_shape}"
+        )
+
+    def find_samples(self) -> dict[str, list[tuple[str, int]]]:
+        """Each split's ``(path, label)`` samples: from its own folder, or cut from the training ones."""
+        found: dict[str, list[tuple[str, int]]] = {}
+        for split in SPLITS if self.split_folders else ("train",):
+            folder = self.root / split if self.split_folders else self.root
+            if not folder.is_dir():
+                continue
+            if extra := sorted(set(_subfolders(folder)) - set(self.classes)):
+                raise ValueError(
+                    f"data.root: '{folder}' has class folders that '{self.root / 'train'}' lacks: "
+                    f"{', '.join(extra)}. Every class needs training images: add them there, or remove "
+                    "those folders."
+                )
+            found[split] = _ClassFolder(folder, self.classes).samples
+        train = found["train"]
+        present = {label for _, label in train}
+        if empty := [name for label, name in enumerate(self.classes) if label not in present]:
+            raise ValueError(
+                f"data.root: no image files for the class(es) {', '.join(empty)} in their training "
+                "folder. Add images (PNG, JPEG, … as Pillow reads them) or remove the empty folders."
+            )
+        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
+        for split, fraction in (("test", self.test_fraction), ("val", self.val_fraction)):
+            if split not in found:
+                n = max(1, round(fraction * len(train)))
+                found[split], order = [train[i] for i in order[:n]], order[n:]
+        if len(order) < len(train):
+            found["train"] = [train[i] for i in sorted(order)]
+        if not found["train"]:
+            raise ValueError(
+                f"data.root: '{self.root}' has {len(train)} training image(s), too few to also cut "
+                "validation and test splits from. Add images, or give val/ and test/ folders."
+            )
+        return found
+
+    def train_transform(self) -> v2.Transform:
+        if not self.augment:
+            return self.eval_transform()
+        steps: list[v2.Transform] = [
+            v2.ToImage(),
+            v2.RandomResizedCrop(self.image_size, scale=self.crop_scale, antialias=True),
+        ]
+        if self.flip:
+            steps.append(v2.RandomHorizontalFlip())
+        return v2.Compose([*steps, *self.to_normalised()])
+
+    def eval_transform(self) -> v2.Transform:
+        resized = round(self.image_size / self.crop_fraction)
+        steps = [v2.ToImage(), v2.Resize(resized, antialias=True), v2.CenterCrop(self.image_size)]
+        return v2.Compose([*steps, *self.to_normalised()])
+
+    def to_normalised(self) -> list[v2.Transform]:
+        return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
+
+    def to_pixels(self, x: torch.Tensor) -> torch.Tensor:
+        """Undo the normalisation: intensities in [0, 1], the images as a person sees them."""
+        mean = torch.tensor(self.mean, device=x.device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, -1, 1, 1)
+        return (x * std + mean).clamp(0.0, 1.0)
+
+    def setup_predict_files(self) -> None:
+        """Every file directly in ``predict_path``, each opened now (its header only) so that a bad
+        file stops the run before any prediction, with the field and the fix."""
+        if "predict" in self.splits:
+            return
+        paths = predict_files(self.predict_path)
+        for path in paths:
+            try:
+                Image.open(path).close()
+            except (OSError, ValueError) as error:
+                raise ValueError(
+                    f"data.predict_path: '{path}' is not a readable image ({error}). Convert it to PNG "
+                    "or JPEG, or move it out of the folder."
+                ) from error
+        # No labels: -1, as torchvision's STL10 marks its unlabelled images.
+        samples = [(str(path), -1) for path in paths]
+        mode = "L" if self.channels == 1 else "RGB"
+        self.splits["predict"] = ImageFiles(samples, mode, self.eval_transform(), "data.predict_path")
+        self.predict_files = [path.name for path in paths]
+        rank_zero_info(
+            f"ImageFolderDataModule: {len(paths)} image files from '{self.predict_path}', as shape "
+            f"{self.input_shape}"
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        train = self.splits["train"]
+        return self.train_order.loader(
+            train, self.batch_size, self.trainer, num_workers=self.num_workers, pin_memory=self.pin_memory
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self.loader("test" if self.predict_path is None else "predict")
+
+    def loader(self, split: str) -> DataLoader:
+        return eval_loader(
+            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.train_order.state_dict(self.trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train_order.load_state_dict(state_dict, self.trainer)
+
+
+def _subfolders(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]

@@ -1,0 +1,153 @@
+"""ImageFolderDataModule on real PNG files (scikit-learn's digits at 16×16): the folder's facts and
+splits, training to a bar, the same weights with loader workers as without, predicting on files,
+and a kill -9 mid-epoch resumed bit-identical."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import v2
+
+from conftest import config, fit, kill_at, step_checkpoints, write_digit_folder, write_png
+from proj.cli import main
+from proj.data import ImageFolderDataModule
+
+TESTS = Path(__file__).parent
+# 16×16 keeps a step short on a CPU; a mirrored digit is another digit, so no flip.
+SMALL = (
+    "--data.init_args.image_size=16",
+    "--data.init_args.flip=false",
+    "--trainer.enable_progress_bar=false",
+)
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    """``train/``, ``val/`` and ``test/`` folders of 1,257, 270 and 270 digit PNGs, written once."""
+    root = tmp_path_factory.mktemp("images") / "digits"
+    assert write_digit_folder(root) == {"train": 1257, "val": 270, "test": 270}
+    return root
+
+
+def args(root: Path, *extra: str) -> tuple[str, ...]:
+    return (f"--data.init_args.root={root}", *SMALL, *extra)
+
+
+def test_facts_splits_and_normalised_batches_come_from_the_folder(digits):
+    dm = ImageFolderDataModule(root=str(digits), image_size=16, flip=False)
+    assert dm.classes == tuple("0123456789") and dm.num_classes == 10
+    assert dm.input_shape == (3, 16, 16)
+    dm.setup("fit")
+    assert {name: len(ds) for name, ds in dm.splits.items()} == {"train": 1257, "val": 270, "test": 270}
+    x, y = next(iter(dm.val_dataloader()))  # Lightning's default collation
+    assert x.shape == (64, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert dm.on_after_batch_transfer([x, y], 0)[0] is x, "normalised once, on the CPU workers"
+    # to_pixels undoes the normalisation: the evaluation transform's own pixels in [0, 1].
+    path, _ = dm.splits["val"].samples[0]
+    with Image.open(path) as image:
+        unnormalised = v2.Compose(dm.eval_transform().transforms[:-1])(image.convert("RGB"))
+    assert torch.allclose(dm.to_pixels(x[:1])[0], unnormalised, atol=1e-6)
+
+
+def test_one_folder_is_split_by_a_seeded_fraction(tmp_path):
+    write_digit_folder(tmp_path / "all", split_folders=False)
+
+    def splits(**kwargs) -> dict[str, list[str]]:
+        dm = ImageFolderDataModule(root=str(tmp_path / "all"), **kwargs)
+        dm.setup("fit")
+        return {name: [path for path, _ in ds.samples] for name, ds in dm.splits.items()}
+
+    first = splits(val_fraction=0.1, test_fraction=0.2)
+    assert {name: len(paths) for name, paths in first.items()} == {"train": 1258, "val": 180, "test": 359}
+    assert len(set().union(*first.values())) == 1797, "every file in exactly one split"
+    assert first == splits(val_fraction=0.1, test_fraction=0.2)
+    other = splits(val_fraction=0.1, test_fraction=0.2, split_seed=7)
+    assert set(other["test"]) != set(first["test"])
+
+
+def test_trains_to_the_bar_and_predicts_on_a_folder_of_files(digits, workdir):
+    trained = fit(
+        "image_folder.yaml", extra=args(digits, "--trainer.max_epochs=3", "--data.init_args.num_workers=0")
+    )
+    assert trained.trainer.callback_metrics["test/acc"] >= 0.9
+    mine = workdir / "mine"
+    mine.mkdir()
+    for digit in "37":
+        shutil.copy(next((digits / "test" / digit).iterdir()), mine / f"a_{digit}.png")
+    predict = args(digits, f"--data.init_args.predict_path={mine}", "--ckpt_path=last")
+    main(["predict", "--config", config("image_folder.yaml"), *predict])
+    with open(workdir / "runs" / "image_folder" / "version_0" / "predictions.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["file"] for row in rows] == ["a_3.png", "a_7.png"]
+    assert [row["class"] for row in rows] == ["3", "7"]
+
+
+def test_two_loader_workers_train_the_same_weights_as_none(digits, workdir):
+    # Random crops and dropout on: the crops are drawn per sample from its own seed, the same in a
+    # worker as in the main process, and never from the RNG dropout draws from.
+    weights = []
+    for workers in (0, 2):
+        short = ("--trainer.max_steps=6", "--trainer.limit_val_batches=1")
+        extra = args(digits, *short, f"--data.init_args.num_workers={workers}", "--test_after_fit=false")
+        weights.append(fit("image_folder.yaml", extra=extra).model.state_dict())
+    for key in weights[0]:
+        assert torch.equal(weights[0][key], weights[1][key]), key
+
+
+def run_fit(
+    workdir: Path, root: Path, *extra: str, kill_step: int | None = None
+) -> subprocess.CompletedProcess:
+    overlay = workdir / "overlay.yaml"
+    periodic = "trainer:\n  max_epochs: 2\n  callbacks+:" + step_checkpoints(6)
+    overlay.write_text(periodic + (kill_at(kill_step) if kill_step is not None else ""))
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("image_folder.yaml"),
+               "--config", str(overlay), *args(root, "--data.init_args.num_workers=2"),
+               "--test_after_fit=false", *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_killed_mid_epoch_with_workers_resumes_bit_identical(digits, tmp_path):
+    # 20 batches an epoch: killed at step 27, it resumes from the step-24 checkpoint, mid-epoch 1.
+    reference = tmp_path / "reference"
+    killed = tmp_path / "killed"
+    for folder in (reference, killed):
+        folder.mkdir()
+    uninterrupted = run_fit(reference, digits)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    result = run_fit(killed, digits, kill_step=27)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    resumed = run_fit(killed, digits, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "step0024.ckpt" in resumed.stderr + resumed.stdout
+
+    def final(folder: Path) -> dict[str, torch.Tensor]:
+        last = folder / "runs" / "image_folder" / "version_0" / "checkpoints" / "last.ckpt"
+        return torch.load(last, weights_only=True)["state_dict"]
+
+    expected, got = final(reference), final(killed)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+
+
+def test_folder_mistakes_name_the_field_and_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"data.root: no folder at '.*nowhere'.*train/<class>/"):
+        _ = ImageFolderDataModule(root=str(tmp_path / "nowhere")).num_classes
+    for path in ("train/cat/0.png", "train/dog/0.png", "val/cat/0.png", "val/fox/0.png"):
+        write_png(tmp_path / "pets" / path, np.zeros((4, 4)))
+    with pytest.raises(ValueError, match=r"class folders that '.*train' lacks: fox"):
+        ImageFolderDataModule(root=str(tmp_path / "pets")).setup("fit")
+    with pytest.raises(ValueError, match=r"data.mean and data.std need one value per channel \(1\)"):
+        ImageFolderDataModule(channels=1)
