@@ -122,3 +122,23 @@ def test_resnet18_from_scratch_learns_the_digits(workdir):
                  "--trainer.enable_progress_bar=false")  # fmt: skip
     cli = main(["fit", "--config", config("digits.yaml"), *RESNET18, *few_steps])
     assert cli.trainer.callback_metrics["test/acc"] >= 0.6
+
+
+def test_the_data_module_normalises_as_the_pretrained_weights_expect(pretrained, workdir):
+    from conftest import fit
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = fit(
+            "digits.yaml",
+            "trainer/debug.yaml",
+            extra=(
+                "--model.init_args.net=proj.nets.TorchvisionNet",
+                "--model.init_args.net.init_args.name=resnet18",
+                "--model.init_args.net.init_args.weights=DEFAULT",
+            ),
+        )
+    assert not [w for w in caught if "pretrained weights expect" in str(w.message)]
+    net = cli.model.net
+    assert cli.datamodule.mean == pytest.approx(net.mean) and cli.datamodule.std == pytest.approx(net.std)
+    assert net.mean != pytest.approx((0.3,)), "the digits' own statistics are not the weights'"

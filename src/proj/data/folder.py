@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms import v2
 
-from proj.data.image import predict_files
+from proj.data.image import adopt_network_normalisation, predict_files
 from proj.data.resumable import TrainOrder, eval_loader
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -197,6 +197,7 @@ class ImageFolderDataModule(LightningDataModule):
         return names
 
     def setup(self, stage: str) -> None:
+        adopt_network_normalisation(self)
         if stage == "predict" and self.predict_path is not None:
             self.setup_predict_files()
             return

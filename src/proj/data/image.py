@@ -94,6 +94,7 @@ class ImageDataModule(LightningDataModule):
         return (images[train], labels[train]), (images[val], labels[val])
 
     def setup(self, stage: str) -> None:
+        adopt_network_normalisation(self)
         if stage == "predict" and self.predict_path is not None:
             self.setup_predict_files()
             return
@@ -228,6 +229,25 @@ def unit_intensities(image: Image.Image, grey: bool) -> torch.Tensor:
     x = torch.from_numpy(np.array(image.convert("L" if grey else "RGB")))
     x = x.unsqueeze(0) if grey else x.permute(2, 0, 1)
     return x.float().div(255)
+
+
+def adopt_network_normalisation(datamodule: LightningDataModule) -> None:
+    """Normalise with the network's ``mean`` and ``std`` when it states them (``TorchvisionNet``
+    with pretrained weights): those weights were trained on images normalised so."""
+    trainer = datamodule.trainer
+    net = getattr(trainer.lightning_module, "net", None) if trainer is not None else None
+    mean, std = getattr(net, "mean", None), getattr(net, "std", None)
+    if (
+        mean is not None
+        and std is not None
+        and (tuple(mean), tuple(std)) != (datamodule.mean, datamodule.std)
+    ):
+        datamodule.mean, datamodule.std = tuple(mean), tuple(std)
+        rank_zero_info(
+            f"{type(datamodule).__name__}: normalising with the network's mean {mean} and std {std}"
+        )
+    if hasattr(datamodule, "_normalisation"):
+        datamodule._normalisation.clear()
 
 
 class DigitsDataModule(ImageDataModule):
