@@ -90,8 +90,9 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
 @pytest.mark.slow
 def test_readme_focal_loss_trains_the_digits_and_is_the_logged_loss(workdir, monkeypatch):
     focal = import_readme_module("src/proj/models/focal.py", monkeypatch)
-    cli = main(["fit", "--config", config("digits.yaml"), "--model=proj.models.focal.FocalLossClassifier",
-                "--trainer.max_epochs=5", "--trainer.enable_progress_bar=false"])  # fmt: skip
+    model_flag = "--model=proj.models.focal.FocalLossClassifier"
+    quiet = ("--trainer.max_epochs=5", "--trainer.enable_progress_bar=false")
+    cli = main(["fit", "--config", config("digits.yaml"), model_flag, *quiet])
     model, data = cli.model.eval(), cli.datamodule
     assert type(model) is focal.FocalLossClassifier and model.gamma == 2.0
     assert cli.trainer.callback_metrics["test/acc"] >= 0.95

@@ -18,7 +18,10 @@ from proj.models import ImageClassifier
 from proj.models.image_classifier import warn_if_normalised_otherwise
 from proj.nets import TorchvisionNet
 
-RESNET18 = ("--model.init_args.net=proj.nets.TorchvisionNet", "--model.init_args.net.init_args.name=resnet18")
+RESNET18 = (
+    "--model.init_args.net=proj.nets.TorchvisionNet",
+    "--model.init_args.net.init_args.name=resnet18",
+)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
