@@ -45,7 +45,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from common import CLOCKS, PlainStep, build, cli_args, device_batches, parse, parser, print_lowest
-from proj.cli import main
+from proj.cli import STANDARD_CALLBACKS, main
 
 EXPERIMENTS = ("digits", "shakespeare_char_cpu")
 clock = CLOCKS["wall"]
@@ -74,6 +74,7 @@ def step_times(starts: list[float], warmup: int) -> torch.Tensor:
 
 BARE_TRAINER = (
     "--trainer.callbacks=[]",
+    *(f"--{key}=null" for key in STANDARD_CALLBACKS),  # the callbacks every experiment gets
     "--trainer.logger=false",
     "--trainer.enable_checkpointing=false",
     "--trainer.enable_progress_bar=false",

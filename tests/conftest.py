@@ -21,7 +21,9 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml"))
+# configs/defaults.yaml is what every experiment starts from (the CLI reads it first), not one itself.
+DEFAULTS = CONFIGS / "defaults.yaml"
+EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml") if p != DEFAULTS)
 # configs/sweeps/ holds W&B sweep specs, which drive the CLI instead of stacking on an experiment.
 OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") if p.parent.name != "sweeps")
 SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))

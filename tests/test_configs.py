@@ -1,4 +1,5 @@
-"""Every shipped YAML parses and builds, alone and stacked with every overlay."""
+"""Every shipped YAML parses and builds, alone and stacked with every overlay; experiments state only
+what differs from configs/defaults.yaml, and what they leave out comes from there."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import random
 import pytest
 import yaml
 
-from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, config, experiment_args
-from proj.cli import main
+from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, TINY_FIT, config, experiment_args
+from proj.cli import STANDARD_CALLBACKS, main
 
 
 def build(*configs: str, extra: tuple[str, ...] = ()):
@@ -34,6 +35,77 @@ def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, wor
     trainer_cfg = cli.config.trainer
     assert trainer_cfg.precision and trainer_cfg.gradient_clip_val == 1.0
     assert trainer_cfg.accumulate_grad_batches == 1
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_states_only_what_differs_in_at_most_30_lines(experiment):
+    text = (CONFIGS / experiment).read_text()
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert len(lines) <= 30, f"{experiment}: {len(lines)} lines; move what experiments share to defaults.yaml"
+    trainer = yaml.safe_load(text).get("trainer", {})
+    assert "callbacks" not in trainer, "each standard callback has a key of its own in defaults.yaml"
+
+
+# A network that is nowhere in the repository, and the whole experiment that trains it.
+TINY_NET = """
+from torch import nn
+
+
+class TinyNet(nn.Sequential):
+    def __init__(self, num_classes: int, input_shape: tuple[int, int, int], hidden: int = 16) -> None:
+        channels, height, width = input_shape
+        inputs = channels * height * width
+        super().__init__(nn.Flatten(), nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+"""
+FEW_LINES = """
+model:
+  class_path: proj.models.ImageClassifier
+  init_args:
+    net: tiny_net.TinyNet
+data: proj.data.DigitsDataModule
+"""
+
+
+@pytest.mark.slow
+def test_an_experiment_of_a_few_lines_trains_on_the_defaults(workdir, monkeypatch):
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    (workdir / "tiny_net.py").write_text(TINY_NET)
+    monkeypatch.syspath_prepend(str(workdir))
+    (workdir / "tiny.yaml").write_text(FEW_LINES)
+    cli = main(["fit", "--config", "tiny.yaml", *TINY_FIT])
+    assert cli.trainer.state.finished and "test/acc" in cli.trainer.callback_metrics
+    # Named after its file; checkpoints, early stopping and clipping from configs/defaults.yaml.
+    run = workdir / "runs" / "tiny" / "version_0"
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert any(p.name.startswith("epoch000-loss") for p in (run / "checkpoints").iterdir())
+    assert cli.trainer.gradient_clip_val == 1.0 and cli.config.fit.seed_everything == 42
+    (early,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping)]
+    assert early.monitor == "val/loss" and early.patience == 5
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert set(STANDARD_CALLBACKS) <= set(saved) and saved["trainer"]["logger"]["init_args"]["name"] == "tiny"
+
+
+def test_an_experiment_changes_one_setting_of_a_standard_callback(workdir):
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    (workdir / "patient.yaml").write_text("early_stopping: {patience: 2}\n")
+    cli = build("digits.yaml", extra=("--config", "patient.yaml"))
+    (early,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping)]
+    assert (early.patience, early.monitor, early.mode) == (2, "val/loss", "min")
+    assert len(cli.trainer.callbacks) == len(build("digits.yaml").trainer.callbacks)
+    flagged = build("digits.yaml", extra=("--early_stopping.patience=3",))
+    assert next(cb for cb in flagged.trainer.callbacks if isinstance(cb, EarlyStopping)).patience == 3
+    dropped = build("digits.yaml", extra=("--early_stopping=null",))
+    kinds = [type(cb) for cb in dropped.trainer.callbacks]
+    assert EarlyStopping not in kinds and ModelCheckpoint in kinds
+
+
+def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
+    from lightning.pytorch.callbacks import ProgressBar
+
+    cli = build("digits.yaml", extra=("--trainer.enable_progress_bar=false",))
+    assert not any(isinstance(cb, ProgressBar) for cb in cli.trainer.callbacks)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -103,7 +103,7 @@ def test_params_are_the_run_directorys_config_and_the_file_an_artifact(mlflow_ru
     assert params["data.init_args.batch_size"] == "64"
     assert params["model.class_path"] == "proj.models.ImageClassifier"
     assert params["model.init_args.net.init_args.channels"] == "[32, 64]"
-    assert params["trainer.callbacks.0.init_args.monitor"] == "val/loss"
+    assert params["checkpoint.init_args.monitor"] == "val/loss"
     cut = "trainer.logger.init_args.tags.note"
     whole = {key: value for key, value in expected.items() if key != cut}
     assert {key: params[key] for key in whole} == whole

@@ -1,8 +1,9 @@
 """The command line: ``python -m proj {fit,validate,test,predict} --config A.yaml [--config B.yaml]``.
 
-A thin ``LightningCLI``: model and data are chosen by ``class_path``, the data module's facts are
-linked into the model, the resolved config is written into the run's own directory, and ``fit`` can
-finish by testing its best checkpoint.
+A thin ``LightningCLI``: every command starts from ``configs/defaults.yaml`` (the standard callbacks
+are keys of their own there, so a config changes one setting without restating a list), model and
+data are chosen by ``class_path``, the data module's facts are linked into the model, the resolved
+config is written into the run's own directory, and ``fit`` can finish by testing its best checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from pathlib import Path
 import torch
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+)
 from lightning.pytorch.cli import (
     ArgsType,
     LightningArgumentParser,
@@ -41,6 +48,24 @@ from proj.runs import (
 )
 
 DEFAULT_SEED = 42
+
+# What every experiment starts from, read before any --config: the repository's configs/defaults.yaml.
+DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
+# The logger the run's name is a default for; configs/defaults.yaml, read after, gives the rest of it
+# (or another logger, which keeps the name where it takes one).
+DEFAULT_LOGGER = "lightning.pytorch.loggers.CSVLogger"
+
+# The callbacks every experiment gets, each under a key of its own (settings in configs/defaults.yaml),
+# so that a config or a flag changes one setting (`--early_stopping.patience=4`) without restating a
+# list, and `null` drops one. The base class says what may replace each.
+STANDARD_CALLBACKS: dict[str, type[Callback]] = {
+    "checkpoint": ModelCheckpoint,
+    "last_checkpoint": ModelCheckpoint,
+    "early_stopping": EarlyStopping,
+    "lr_monitor": LearningRateMonitor,
+    "progress_bar": ProgressBar,
+    "throughput": Callback,
+}
 
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
 # hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
@@ -142,6 +167,7 @@ def flat_params(value: object, key: str = "") -> dict[str, str]:
 
 class ProjCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
+        self.config_files = config_paths(sys.argv[1:] if args is None else args)
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -155,13 +181,20 @@ class ProjCLI(LightningCLI):
                 "default_root_dir": "runs",
                 "callbacks": [ExactResume(), Preemption(), StopOnDivergence(), ValidateAtEnd()],
             },
-            parser_kwargs={"default_env": True},
+            parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
             auto_configure_optimizers=False,
             args=args,
             run=run,
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        for key, base in STANDARD_CALLBACKS.items():
+            parser.add_subclass_arguments(base, key, fail_untyped=False, required=False)
+        if self.config_files:
+            # Runs are filed under the experiment's name, by default the file name of its config, so a
+            # copied config logs apart from its original. A logger `name` in any config or flag wins.
+            logger = {"class_path": DEFAULT_LOGGER, "init_args": {"name": Path(self.config_files[0]).stem}}
+            parser.set_defaults({"trainer.logger": logger})
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -194,7 +227,7 @@ class ProjCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        check_yaml_syntax(sys.argv[1:] if args is None else args, parser)
+        check_yaml_syntax(self.config_files, parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
@@ -204,14 +237,16 @@ class ProjCLI(LightningCLI):
             resolve_checkpoint(config, subcommand, parser)
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
-        config = (self.config_init[self.subcommand] if self.subcommand else self.config_init).trainer
-        if config.get("enable_progress_bar") is False and "callbacks" not in kwargs:
-            # The experiments configure their progress bar (its refresh rate): switching the bar off
-            # drops it, where Lightning would refuse a Trainer without a bar but with one in its callbacks.
-            callbacks = config.get("callbacks") or []
-            callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
-            kwargs["callbacks"] = [c for c in callbacks if not isinstance(c, ProgressBar)]
-        trainer = super().instantiate_trainer(**kwargs)
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        listed = config.trainer.get("callbacks") or []
+        listed = listed if isinstance(listed, list) else [listed]
+        # The standard callbacks first, then what trainer.callbacks adds: the order of a single list.
+        callbacks = [config[key] for key in STANDARD_CALLBACKS if config.get(key) is not None] + listed
+        if config.trainer.get("enable_progress_bar") is False:
+            # Switching the bar off drops the configured one, where Lightning would refuse a Trainer
+            # without a bar but with one in its callbacks.
+            callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+        trainer = super().instantiate_trainer(**{"callbacks": callbacks, **kwargs})
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -258,6 +293,34 @@ class ProjCLI(LightningCLI):
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def defaults_for(subcommands: dict | None) -> dict:
+    """``parser_kwargs`` under which each subcommand's parser (or, without subcommands, the one
+    parser) reads configs/defaults.yaml before anything else."""
+    if not DEFAULTS.is_file():
+        raise FileNotFoundError(
+            f"{DEFAULTS}: the defaults every experiment starts from are missing. The CLI reads them "
+            "from the repository's configs/ folder: run it from the checkout, installed in place "
+            "(`make install`), and restore configs/defaults.yaml from git if it was deleted."
+        )
+    if subcommands is None:
+        return {"default_config_files": [str(DEFAULTS)]}
+    return {name: {"default_config_files": [str(DEFAULTS)]} for name in subcommands}
+
+
+def config_paths(args: ArgsType) -> list[str]:
+    """The files a command line passes as ``--config``, in order."""
+    if not isinstance(args, (list, tuple)):
+        return []
+    paths = []
+    for index, arg in enumerate(args):
+        before = args[index - 1] if index else None
+        if isinstance(arg, str) and arg.startswith("--config="):
+            paths.append(arg.split("=", 1)[1])
+        elif before in ("--config", "-c") and isinstance(arg, str):
+            paths.append(arg)
+    return [path for path in paths if Path(path).is_file()]
 
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:

@@ -5,25 +5,18 @@ and the fix beats a traceback from deep inside Lightning or a run that quietly d
 from __future__ import annotations
 
 import importlib
-import itertools
 import pickle
 import zipfile
 from pathlib import Path
 
 import torch
 import yaml
-from lightning.pytorch.cli import ArgsType, LightningArgumentParser
+from lightning.pytorch.cli import LightningArgumentParser
 
 
-def check_yaml_syntax(args: ArgsType, parser: LightningArgumentParser) -> None:
+def check_yaml_syntax(paths: list[str], parser: LightningArgumentParser) -> None:
     """Name the file and line of a YAML syntax error (jsonargparse reports "<unicode string>")."""
-    if not isinstance(args, (list, tuple)):
-        return
-    paths = [a.split("=", 1)[1] for a in args if isinstance(a, str) and a.startswith("--config=")]
-    paths += [b for a, b in itertools.pairwise(args) if a in ("--config", "-c") and isinstance(b, str)]
     for path in paths:
-        if not Path(path).is_file():
-            continue
         try:
             yaml.safe_load(Path(path).read_text())
         except yaml.YAMLError as error:

@@ -73,8 +73,9 @@ class TrainingThroughput(Callback):
                 rank_zero_warn(
                     f"No peak FLOP/s known for {torch.cuda.get_device_name(device)}, so no train/mfu is "
                     "logged: set available_flops of proj.callbacks.TrainingThroughput (one "
-                    "device's dense peak at the run's precision, e.g. 989e12 for an H200 in bf16), in "
-                    "the config or with --trainer.callbacks.init_args.available_flops=989e12 after it."
+                    "device's dense peak at the run's precision, e.g. 989e12 for an H200 in bf16): "
+                    "`throughput: {available_flops: 989e12}` in a config, or "
+                    "--throughput.available_flops=989e12."
                 )
         self._throughput = Throughput(
             available_flops=peak, world_size=trainer.world_size, window_size=self.window
