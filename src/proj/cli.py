@@ -341,6 +341,10 @@ def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
         raise SystemExit(1) from None
     finally:
         RunLock.release_all()
+        # Torn down here rather than by the interpreter's exit, where gloo's threads can abort
+        # the process ("terminate called without an active exception") after a finished run.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def lost_a_peer(error: BaseException) -> bool:
