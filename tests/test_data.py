@@ -11,7 +11,8 @@ from torch.utils.data import Dataset
 
 from conftest import fake_images
 from proj.data import CIFAR10DataModule, DigitsDataModule, MNISTDataModule
-from proj.data.tensors import TensorImageDataset, random_translate
+from proj.data.augment import random_translate
+from proj.data.in_memory import TensorImageDataset
 
 
 def labels_of(dm: DigitsDataModule, split: str) -> torch.Tensor:

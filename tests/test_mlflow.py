@@ -158,7 +158,7 @@ def test_language_model_samples_go_to_mlflow_as_text_artifacts(mlflow_run, tmp_p
     from lightning.pytorch.loggers import MLFlowLogger
     from mlflow.tracking._tracking_service import utils
 
-    from proj.media import log_texts
+    from proj.logger_media import log_texts
 
     uri = mlflow_run.uri
     # The logger sets MLflow's tracking URI for the whole process: put it back afterwards.

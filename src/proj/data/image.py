@@ -16,8 +16,9 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms.v2 import functional as TF
 
+from proj.data.augment import random_hflip, random_translate
+from proj.data.in_memory import TensorImageDataset
 from proj.data.resumable import TrainOrder, eval_loader
-from proj.data.tensors import TensorImageDataset, random_hflip, random_translate
 
 Split = tuple[torch.Tensor, torch.Tensor]
 

@@ -15,7 +15,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from proj.data.tensors import keep_batch
+from proj.data.in_memory import keep_batch
 
 
 class ResumableSampler(DistributedSampler):

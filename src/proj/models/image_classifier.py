@@ -16,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
 from proj.callbacks.resume import gather
-from proj.media import log_picture, takes_pictures
+from proj.logger_media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
 

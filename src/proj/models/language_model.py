@@ -14,7 +14,7 @@ from torchmetrics import MeanMetric
 
 from proj.callbacks.prediction_writer import TextPredictionWriter, writer_when_predicting
 from proj.data.text import CharTokenizer
-from proj.media import log_texts
+from proj.logger_media import log_texts
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
 
