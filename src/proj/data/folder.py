@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -15,7 +14,7 @@ from torchvision import datasets
 from torchvision.transforms import v2
 
 from proj.data.image import adopt_network_normalisation, predict_files
-from proj.data.resumable import TrainOrder, eval_loader
+from proj.data.resumable import SplitLoaders, TrainOrder
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -63,7 +62,7 @@ class _ClassFolder(datasets.ImageFolder):
         return self._given, {name: i for i, name in enumerate(self._given)}
 
 
-class ImageFolderDataModule(LightningDataModule):
+class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     """Image classification on a folder of image files, in torchvision's ``ImageFolder`` layout::
 
         root/train/<class>/*.png    root/val/<class>/*.png    root/test/<class>/*.png
@@ -300,31 +299,8 @@ class ImageFolderDataModule(LightningDataModule):
             f"{self.input_shape}"
         )
 
-    def train_dataloader(self) -> DataLoader:
-        train = self.splits["train"]
-        return self.train_order.loader(
-            train, self.batch_size, self.trainer, num_workers=self.num_workers, pin_memory=self.pin_memory
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self.loader("test")
-
     def predict_dataloader(self) -> DataLoader:
         return self.loader("test" if self.predict_path is None else "predict")
-
-    def loader(self, split: str) -> DataLoader:
-        return eval_loader(
-            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.train_order.state_dict(self.trainer)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.train_order.load_state_dict(state_dict, self.trainer)
 
 
 def _subfolders(folder: Path) -> list[str]:

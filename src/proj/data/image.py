@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -18,12 +17,12 @@ from torchvision.transforms.v2 import functional as TF
 
 from proj.data.augment import random_hflip, random_translate
 from proj.data.in_memory import TensorImageDataset
-from proj.data.resumable import TrainOrder, eval_loader
+from proj.data.resumable import SplitLoaders, TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
 
-class ImageDataModule(LightningDataModule):
+class ImageDataModule(SplitLoaders, LightningDataModule):
     """Shared loading, splitting and batching for image data modules.
 
     A subclass states its facts (``num_classes`` and their names, ``classes``; ``input_shape``;
@@ -110,31 +109,8 @@ class ImageDataModule(LightningDataModule):
         sizes = ", ".join(f"{name} {len(ds)}" for name, ds in self.splits.items())
         rank_zero_info(f"{type(self).__name__}: {sizes} images of shape {self.input_shape}")
 
-    def train_dataloader(self) -> DataLoader:
-        train = self.splits["train"]
-        return self.train_order.loader(
-            train, self.batch_size, self.trainer, num_workers=self.num_workers, pin_memory=self.pin_memory
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self.loader("test")
-
     def predict_dataloader(self) -> DataLoader:
         return self.loader("test" if self.predict_path is None else "predict")
-
-    def loader(self, split: str) -> DataLoader:
-        return eval_loader(
-            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.train_order.state_dict(self.trainer)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.train_order.load_state_dict(state_dict, self.trainer)
 
     def on_after_batch_transfer(
         self, batch: Split | torch.Tensor, dataloader_idx: int

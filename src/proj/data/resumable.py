@@ -209,3 +209,48 @@ class TrainOrder:
         warnings.filterwarnings(
             "ignore", message="You're resuming from a checkpoint that ended before the epoch"
         )
+
+
+class SplitLoaders:
+    """The loaders and checkpoint hooks of a data module whose splits are datasets in ``self.splits``:
+    training in ``self.train_order``'s resumable order, evaluation in order. Mixed in before
+    ``LightningDataModule``; a module only adds its ``predict_dataloader`` and, for an epoch that is
+    not one pass over the training split, ``train_epoch_size``."""
+
+    splits: dict[str, Dataset]
+    batch_size: int
+    num_workers: int
+    pin_memory: bool
+    train_order: TrainOrder
+    trainer: Trainer | None
+
+    def train_epoch_size(self) -> int | None:
+        """Samples an epoch draws; None: each training sample once."""
+        return None
+
+    def train_dataloader(self) -> DataLoader:
+        return self.train_order.loader(
+            self.splits["train"],
+            self.batch_size,
+            self.trainer,
+            self.train_epoch_size(),
+            self.num_workers,
+            self.pin_memory,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+    def loader(self, split: str) -> DataLoader:
+        return eval_loader(
+            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.train_order.state_dict(self.trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train_order.load_state_dict(state_dict, self.trainer)

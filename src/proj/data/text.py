@@ -8,14 +8,13 @@ import tempfile
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from proj.data.resumable import TrainOrder, eval_loader
+from proj.data.resumable import SplitLoaders, TrainOrder
 
 TINY_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -86,7 +85,7 @@ class TokenWindows(Dataset):
         return windows[:, :-1], windows[:, 1:]
 
 
-class TextDataModule(LightningDataModule):
+class TextDataModule(SplitLoaders, LightningDataModule):
     """Next-character prediction on one UTF-8 text file (Tiny Shakespeare by default).
 
     The vocabulary is the sorted set of the file's characters. The CLI links it (``vocab``,
@@ -233,29 +232,9 @@ class TextDataModule(LightningDataModule):
             f"{len(train):,} train, {len(val):,} validation ({len(spread)} windows of {self.block_size})"
         )
 
-    def train_dataloader(self) -> DataLoader:
-        train = self.splits["train"]
-        windows_per_epoch = max(1, len(train.tokens) // self.block_size)
-        return self.train_order.loader(
-            train, self.batch_size, self.trainer, windows_per_epoch, self.num_workers, self.pin_memory
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self.loader("test")
-
-    def loader(self, split: str) -> DataLoader:
-        return eval_loader(
-            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.train_order.state_dict(self.trainer)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.train_order.load_state_dict(state_dict, self.trainer)
+    def train_epoch_size(self) -> int:
+        """An epoch draws as many random windows as the training text holds end to end."""
+        return max(1, len(self.splits["train"].tokens) // self.block_size)
 
     def predict_dataloader(self) -> DataLoader:
         return DataLoader(self.predict_prompts, batch_size=self.batch_size, collate_fn=list)
