@@ -24,7 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
-from proj.preflight import check_ckpt_path
+from proj.preflight import check_ckpt_path, check_same_model
 
 METRICS_FILE = "metrics.csv"
 # metrics.csv is moved here while a command takes over its run directory, and written back from it:
@@ -319,6 +319,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     if ckpt_path in ("hpc", "registry") or str(ckpt_path).startswith("registry:"):
         return
     root = experiment_dir(config)
+    checkpoint = None
     if ckpt_path in ("last", "auto", "best"):
         if root is None:
             parser.error(
@@ -347,9 +348,12 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
                     f"--ckpt_path best: the newest run, {path.parent.parent}, recorded no best checkpoint "
                     "(no monitored ModelCheckpoint saved one). Use --ckpt_path last, or a .ckpt path."
                 )
-            path = best
+            path, checkpoint = best, None
         config.ckpt_path = ckpt_path = str(path)
-    checkpoint = check_ckpt_path(ckpt_path, parser, config)
+    if checkpoint is None:
+        checkpoint = check_ckpt_path(ckpt_path, parser, config)
+    else:  # the newest checkpoint, read and found sound while searching: not read again
+        check_same_model(checkpoint, config, ckpt_path, parser)
     if not evaluating and "optimizer_states" not in checkpoint:
         parser.error(
             f"--ckpt_path: '{ckpt_path}' holds weights only, no optimizer state, so `fit` cannot resume "
