@@ -31,11 +31,10 @@ from lightning.pytorch.cli import (
     SaveConfigCallback,
 )
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
-from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from proj.callbacks import ExactResume, Preemption, StopOnDivergence, ValidateAtEnd
-from proj.checkpoint_io import AtomicCheckpointIO
+from proj.callbacks import ValidateAtEnd
 from proj.preflight import check_model_fits_data, check_trainer, check_yaml_syntax
 from proj.runs import (
     RunInUseError,
@@ -65,6 +64,10 @@ STANDARD_CALLBACKS: dict[str, type[Callback]] = {
     "lr_monitor": LearningRateMonitor,
     "progress_bar": ProgressBar,
     "throughput": Callback,
+    # proj.reliability: what keeps a killed, preempted or diverging run's work safe.
+    "exact_resume": Callback,
+    "preemption": Callback,
+    "stop_on_divergence": Callback,
 }
 
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
@@ -179,7 +182,7 @@ class ProjCLI(LightningCLI):
                 # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
                 # checkpoints) lands under runs/ too, never in the working folder.
                 "default_root_dir": "runs",
-                "callbacks": [ExactResume(), Preemption(), StopOnDivergence(), ValidateAtEnd()],
+                "callbacks": [ValidateAtEnd()],
             },
             parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
             auto_configure_optimizers=False,
@@ -190,6 +193,7 @@ class ProjCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():
             parser.add_subclass_arguments(base, key, fail_untyped=False, required=False)
+        parser.add_subclass_arguments(CheckpointIO, "checkpoint_io", fail_untyped=False, required=False)
         if self.config_files:
             # Runs are filed under the experiment's name, by default the file name of its config, so a
             # copied config logs apart from its original. A logger `name` in any config or flag wins.
@@ -247,8 +251,11 @@ class ProjCLI(LightningCLI):
             # without a bar but with one in its callbacks.
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, **kwargs})
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        # Only in place of the default: a strategy's own (FSDP, DeepSpeed) or one given in
+        # trainer.plugins is kept.
+        io = config.get("checkpoint_io")
+        if io is not None and type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = io
         return trainer
 
     def claim_run_directory(self) -> None:
