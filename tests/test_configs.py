@@ -150,7 +150,7 @@ def test_fsdp_overlay_shards_each_transformer_block():
 def test_overlay_appends_callbacks_instead_of_replacing(workdir):
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 
-    cli = build("digits.yaml", "trainer/debug.yaml")
+    cli = build("digits.yaml", "debug/fast_dev_run.yaml")
     kinds = [type(cb) for cb in cli.trainer.callbacks]
     assert ModelSummary in kinds
     early = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping))
