@@ -10,6 +10,7 @@ from proj.callbacks.prediction_writer import (
     writer_when_predicting,
 )
 from proj.callbacks.preemption import Preempted, Preemption
+from proj.callbacks.pruning import OptunaPruning
 from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
@@ -23,6 +24,7 @@ __all__ = [
     "LastCheckpoint",
     "LearningRateFinder",
     "LearningRateMonitor",
+    "OptunaPruning",
     "PredictionFileWriter",
     "Preempted",
     "Preemption",
