@@ -251,7 +251,7 @@ def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     command = trial_command(spec, values, number=0)
     assert command[1:4] == ["-m", "proj", "fit"]
     with pytest.raises(SystemExit) as exit_info:
-        main([*command[4:], "--print_config"])
+        main([*command[3:], "--print_config"])
     assert exit_info.value.code in (0, None)
     printed = yaml.safe_load(capsys.readouterr().out)
     for name, value in values.items():

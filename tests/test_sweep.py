@@ -184,6 +184,10 @@ def sweep_error(path: Path, capsys) -> str:
             r"log scale needs low > 0",
         ),
         ({"space": {LR: {"type": "categorical", "choices": [[1, 2]]}}}, r"choices must be numbers"),
+        (
+            {"space": {LR: {"type": "float", "low": 0.1, "high": 1.0, "log": True, "step": 0.1}}},
+            r"takes no `step`",
+        ),
         ({"sampler": {"class_path": "TPESamplr"}}, r"sampler.class_path: no class 'TPESamplr'.*TPESampler"),
         (
             {"pruner": {"class_path": "MedianPruner", "init_args": {"warmup": 3}}},

@@ -195,6 +195,8 @@ def check_distribution(field: str, spec: Any, fail) -> None:
         raise fail(field, f"low ({spec['low']}) must be below high ({spec['high']})")
     if spec.get("log") and spec["low"] <= 0:
         raise fail(field, f"a log scale needs low > 0, got {spec['low']}")
+    if spec.get("log") and spec.get("step") not in (None, 1):
+        raise fail(field, "a log scale takes no `step`: drop one of them")
 
 
 def component(spec: Any, module: str, field: str, source: str, **extra: Any) -> Any:
@@ -241,9 +243,8 @@ def suggest(trial: optuna.Trial, space: dict[str, dict[str, Any]]) -> dict[str, 
             values[key] = trial.suggest_categorical(key, spec["choices"])
         else:
             suggest_number = trial.suggest_int if spec["type"] == "int" else trial.suggest_float
-            values[key] = suggest_number(
-                key, spec["low"], spec["high"], log=bool(spec.get("log")), step=spec.get("step")
-            )
+            step = {"step": spec["step"]} if "step" in spec else {}  # suggest_int's default is 1
+            values[key] = suggest_number(key, spec["low"], spec["high"], log=bool(spec.get("log")), **step)
     return values
 
 
