@@ -39,6 +39,7 @@ from typing import Any
 import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
 
 # The environment variable through which a worker tells its trial's `fit` which study and trial to
 # report to: JSON with storage, study, trial_id, metric and pruner (a config of its own would make the
@@ -49,8 +50,8 @@ SWEEPS_ROOT = Path("runs") / "sweeps"
 # heartbeat is older than the grace period (its worker died or lost the network).
 HEARTBEAT_INTERVAL_S = 20
 GRACE_PERIOD_S = 90
-# A sweep whose trials keep failing (a wrong key, a metric the model does not log) stops rather than
-# sampling on: it could never reach n_trials.
+# A sweep whose trials keep failing (a metric the model does not log, a range that diverges) stops
+# rather than sampling on: it might never reach n_trials.
 MAX_FAILURES_IN_A_ROW = 3
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 SPACE_TYPES = ("float", "int", "categorical")
@@ -580,10 +581,14 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
         storage_url = args.storage or default_storage(sweep)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module prints one line per trial
         started = time.monotonic()
-        print(f"Sweep '{sweep.name}': study in {storage_url}, trials under {sweep.folder}/", flush=True)
+        shown = make_url(storage_url).render_as_string(hide_password=True)  # logs keep no password
+        print(f"Sweep '{sweep.name}': study in {shown}, trials under {sweep.folder}/", flush=True)
         study = run_worker(sweep, storage_url, args.n_trials or sweep.n_trials)
     except SweepConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("Interrupted: the running trial is marked failed. Start the same command again to continue.")
+        raise SystemExit(130) from None
     write_results(study, sweep, started)
     return study

@@ -62,7 +62,7 @@ class OptunaPruning(Callback):
             value = trainer.callback_metrics.get(self.metric)
             if value is None:
                 logged = ", ".join(sorted(trainer.callback_metrics)) or "nothing"
-                raise KeyError(
+                raise ValueError(
                     f"The sweep's metric '{self.metric}' is not logged; this run logs {logged}. "
                     "Set the sweep config's `metric:` to one of them."
                 )
