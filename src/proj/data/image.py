@@ -17,7 +17,8 @@ from torchvision.transforms.v2 import functional as TF
 
 from proj.data.augment import random_hflip, random_translate
 from proj.data.in_memory import TensorImageDataset
-from proj.data.resumable import SplitLoaders, TrainOrder
+from proj.data.loaders import SplitLoaders
+from proj.reliability import TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
