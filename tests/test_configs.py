@@ -244,7 +244,8 @@ def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
 
     from proj.sweep import load_sweep, suggest, trial_command
 
-    monkeypatch.chdir(ROOT)  # the sweep's config paths are the repository's, as `python -m proj sweep` runs
+    # The sweep's config paths are the repository's, as `python -m proj sweep` runs from its root.
+    monkeypatch.chdir(ROOT)
     spec = load_sweep(CONFIGS / sweep)
     assert spec.metric in {"val/loss", "val/acc"} and spec.n_trials >= 20
     values = suggest(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask(), spec.space)

@@ -1,5 +1,5 @@
-"""`python -m proj sweep`: Optuna studies in SQLite shared by workers, pruning, resuming after a worker
-is killed mid-trial, the results a user reads, and sweep configs refused with the field and the fix."""
+"""`python -m proj sweep`: Optuna studies in SQLite shared by workers, pruning, resuming after a
+worker is killed mid-trial, the results a user reads, and sweep configs refused with the field and the fix."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Hyperparameter sweeps with Optuna: ``python -m proj sweep --config configs/sweeps/digits_optuna.yaml``.
+"""Hyperparameter sweeps with Optuna:
+``python -m proj sweep --config configs/sweeps/digits_optuna.yaml``.
 
 A sweep config names the experiment's configs, the search space (the CLI's own dotted keys), the metric
 and its direction, the number of trials, the sampler and the pruner. Each trial is an ordinary
-``python -m proj fit`` in a process of its own, with the trial's values as ``--key=value`` flags, so its
-saved ``config.yaml`` repeats it alone. The study lives in a real database: SQLite in
+``python -m proj fit`` in a process of its own, with the trial's values as ``--key=value`` flags,
+so its saved ``config.yaml`` repeats it alone. The study lives in a real database: SQLite in
 ``runs/sweeps/<name>/study.db`` unless ``--storage`` names another (PostgreSQL, MySQL), which is how
 workers on several machines share one study; workers on one machine share the SQLite file.
 
@@ -559,9 +560,9 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
     """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
     parser = argparse.ArgumentParser(
         prog="python -m proj sweep",
-        description="Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's values as "
-        "flags. Start the same command again, here or on other machines (with --storage), to add workers "
-        "or to resume.",
+        description="Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's "
+        "values as flags. Start the same command again, here or on other machines (with --storage), "
+        "to add workers or to resume.",
     )
     parser.add_argument(
         "--config", required=True, help="the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
