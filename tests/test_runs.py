@@ -132,6 +132,7 @@ def test_resuming_a_finished_run_keeps_its_metrics(how, run_copy):
     assert sorted(p.name for p in run_copy.parent.iterdir()) == ["version_0"]
 
 
+@pytest.mark.slow  # three commands, one a resumed fit of a third epoch
 def test_a_resume_that_fails_at_start_keeps_the_metrics(run_copy, capsys):
     before = (run_copy / "metrics.csv").read_bytes()
     # The newest checkpoint, written mid-epoch by a 2-process run: refused while it is restored.
