@@ -71,3 +71,19 @@ def test_memory_benchmark(benchmark, capsys, workdir):
         ["--experiment=shakespeare_char_cpu", f"--corpus={text}", "--", *small]
     )
     assert 0 < last_ratio(capsys) < 1  # checkpointing saves memory
+
+
+@pytest.mark.slow
+def test_end_to_end_benchmark(benchmark, capsys, workdir):
+    # Two steps of each side on a short text, one round: the script runs both commands to their final
+    # test metric and prints its breakdown; the figures themselves are not asserted.
+    text = workdir / "verse.txt"
+    text.write_text("Shall I compare thee to a summer's day?\n" * 100, encoding="utf-8")
+    args = ["--steps=2", "--rounds=1", "--startup-rounds=1", "--threads=1", "--clock=cpu"]
+    benchmark("end_to_end").main([*args, f"--corpus={text}"])
+    output = capsys.readouterr().out
+    for line in ("python -m proj --help", "--print_config", "where the time went", "checkpointing"):
+        assert line in output
+    assert "digits ratio" in output and "shakespeare_char_cpu ratio" in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("ratio ") and float(last.split()[1]) > 0, last

@@ -119,7 +119,11 @@ def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize(
+    "experiment",
+    # Each overlay on the offline default in the edit loop, on every experiment in `make test`.
+    [e if e == "digits.yaml" else pytest.param(e, marks=pytest.mark.slow) for e in EXPERIMENTS],
+)
 def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     if overlay in ("trainer/gpu.yaml", "trainer/fsdp.yaml"):

@@ -75,6 +75,7 @@ def test_one_folder_is_split_by_a_seeded_fraction(tmp_path):
     assert set(other["test"]) != set(first["test"])
 
 
+@pytest.mark.slow  # a real training run; predicting on files is in test_predict's edit-loop tests too
 def test_trains_to_the_bar_and_predicts_on_a_folder_of_files(digits, workdir):
     trained = fit(
         "image_folder.yaml", extra=args(digits, "--trainer.max_epochs=3", "--data.init_args.num_workers=0")
@@ -92,6 +93,7 @@ def test_trains_to_the_bar_and_predicts_on_a_folder_of_files(digits, workdir):
     assert [row["class"] for row in rows] == ["3", "7"]
 
 
+@pytest.mark.slow  # two fits and worker processes; SeededItems' per-item seeds are in test_data
 def test_two_loader_workers_train_the_same_weights_as_none(digits, workdir):
     # Random crops and dropout on: the crops are drawn per sample from its own seed, the same in a
     # worker as in the main process, and never from the RNG dropout draws from.

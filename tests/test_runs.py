@@ -73,7 +73,11 @@ def test_last_checkpoint_is_the_final_state_when_val_loss_worsened(finished):
     assert global_step(run / "checkpoints" / "last.ckpt") == 42
 
 
-@pytest.mark.parametrize("subcommand", ["test", "validate"])
+# One evaluating command in the edit loop, every one in `make test`: they share resolve_checkpoint.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("subcommand", ["test", pytest.param("validate", marks=SLOW)])
 def test_evaluating_commands_take_last_and_best_and_write_into_the_run(subcommand, run_copy, caplog):
     before = rows(run_copy)
     # What fit logged for each checkpoint: val/loss at each epoch's end; test/loss of the best.
@@ -97,7 +101,9 @@ def test_evaluating_commands_take_last_and_best_and_write_into_the_run(subcomman
     assert "Run directory: runs/digits/version_0" in caplog.text
 
 
-@pytest.mark.parametrize("subcommand", ["test", "validate", "predict"])
+@pytest.mark.parametrize(
+    "subcommand", ["test", *(pytest.param(c, marks=SLOW) for c in ("validate", "predict"))]
+)
 def test_evaluating_without_a_checkpoint_is_refused_unless_asked(subcommand, workdir, capsys):
     err = error_of([subcommand, "--config", config("digits.yaml")], capsys)
     assert "untrained weights" in err and "--ckpt_path last" in err and "--allow_untrained=true" in err
@@ -116,7 +122,7 @@ def test_last_with_nothing_to_evaluate_says_to_fit_first(workdir, capsys):
     assert "no readable checkpoint under runs/digits" in err and "Run `fit` first" in err
 
 
-@pytest.mark.parametrize("how", ["last", "auto"])
+@pytest.mark.parametrize("how", ["last", pytest.param("auto", marks=SLOW)])
 def test_resuming_a_finished_run_keeps_its_metrics(how, run_copy):
     before = rows(run_copy)
     fit("digits.yaml", extra=(*WORSENING, f"--ckpt_path={how}"))
@@ -126,6 +132,7 @@ def test_resuming_a_finished_run_keeps_its_metrics(how, run_copy):
     assert sorted(p.name for p in run_copy.parent.iterdir()) == ["version_0"]
 
 
+@pytest.mark.slow  # three commands, one a resumed fit of a third epoch
 def test_a_resume_that_fails_at_start_keeps_the_metrics(run_copy, capsys):
     before = (run_copy / "metrics.csv").read_bytes()
     # The newest checkpoint, written mid-epoch by a 2-process run: refused while it is restored.

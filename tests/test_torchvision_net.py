@@ -127,6 +127,7 @@ def test_resnet18_from_scratch_learns_the_digits(workdir):
     assert cli.trainer.callback_metrics["test/acc"] >= 0.6
 
 
+@pytest.mark.slow  # a ResNet-18 fast_dev_run; the weights' own normalisation is checked above, fast
 def test_the_data_module_normalises_as_the_pretrained_weights_expect(pretrained, workdir):
     from conftest import fit
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wandb.proto import wandb_internal_pb2
+if TYPE_CHECKING:
+    from wandb.proto import wandb_internal_pb2
 
 HEADER = b":W&B"
 BLOCK = 32 * 1024
@@ -20,6 +22,9 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def records(path: Path) -> Iterator[wandb_internal_pb2.Record]:
+    # Imported here: test_wandb imports this module at collection, where wandb costs seconds.
+    from wandb.proto import wandb_internal_pb2
+
     data = path.read_bytes()
     assert data.startswith(HEADER), f"{path} is not a W&B run file"
     pos, parts = 7, []
