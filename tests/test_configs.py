@@ -118,7 +118,10 @@ def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
     assert not any(isinstance(cb, ProgressBar) for cb in cli.trainer.callbacks)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+# MLflow's import and the creation of its store take ~10 s: that overlay runs in `make test` only.
+@pytest.mark.parametrize(
+    "overlay", [pytest.param(o, marks=pytest.mark.slow) if "mlflow" in o else o for o in OVERLAYS]
+)
 @pytest.mark.parametrize(
     "experiment",
     # Each overlay on the offline default in the edit loop, on every experiment in `make test`.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from conftest import fit
 
 
@@ -12,6 +14,7 @@ def logged(run, name: str) -> list[float]:
         return [float(row[name]) for row in csv.DictReader(f) if row.get(name)]
 
 
+@pytest.mark.slow
 def test_overfit_drives_the_training_loss_near_zero(workdir):
     cli = fit("digits.yaml", "debug/overfit.yaml", extra=("--trainer.enable_progress_bar=false",))
     run = workdir / "runs" / "digits" / "version_0"

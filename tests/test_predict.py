@@ -194,6 +194,7 @@ def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdi
     assert not list(workdir.rglob("predictions*"))
 
 
+@pytest.mark.slow
 def test_language_model_prints_and_writes_each_continuation(workdir, capsys):
     text_config = config("shakespeare_char_cpu.yaml")
     tiny = ("--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1")
