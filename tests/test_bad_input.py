@@ -108,7 +108,7 @@ def test_full_disk_is_said_as_such(baseline, workdir, monkeypatch, capsys):
     def full(*args, **kwargs):
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 512 vs 402")
 
-    monkeypatch.setattr("proj.checkpoint_io.torch.save", full)
+    monkeypatch.setattr("proj.reliability.checkpoint_io.torch.save", full)
     shutil.copytree(baseline, workdir / "runs")
     monkeypatch.delenv("PROJ_DEBUG")
     with pytest.raises(SystemExit) as exit_info:

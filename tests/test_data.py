@@ -73,7 +73,7 @@ def test_augmentation_touches_training_batches_only():
 
 
 def test_training_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
-    from proj.data.resumable import ResumableSampler
+    from proj.reliability import ResumableSampler
 
     data = list(range(100))
     order = list(ResumableSampler(data, seed=3))

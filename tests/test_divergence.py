@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import TASKS, config, small_gpt, step_checkpoints
-from proj.callbacks import DivergenceError
 from proj.cli import main
+from proj.reliability import DivergenceError
 
 EVERY_STEP = "trainer:\n  callbacks+:" + step_checkpoints(1)
 # The GPT validated rarely: the run diverges long before the first validation.

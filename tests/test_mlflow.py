@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from conftest import TINY_FIT, config
-from proj.cli import flat_params
+from proj.logger_media import flat_params
 
 LIMIT = 6000  # MLflow's longest param value
 LONG_TAG = "x" * (LIMIT + 1000)  # a tag MLflow takes (up to 8000) whose param is too long

@@ -129,7 +129,7 @@ KILL_DURING_SAVE = """
 import os, signal, sys, threading, time
 from pathlib import Path
 import torch
-from proj.checkpoint_io import AtomicCheckpointIO
+from proj.reliability import AtomicCheckpointIO
 
 target = Path(sys.argv[1])
 big = {"state_dict": {"w": torch.randn(64, 1024, 1024)}}  # 256 MiB: the save takes a while
@@ -140,7 +140,7 @@ AtomicCheckpointIO().save_checkpoint(big, target)
 
 @pytest.mark.slow
 def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path):
-    from proj.checkpoint_io import AtomicCheckpointIO
+    from proj.reliability import AtomicCheckpointIO
 
     target = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(3)}}, target)
@@ -151,7 +151,21 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path):
 
 
 def test_cli_writes_checkpoints_atomically(workdir):
-    from proj.checkpoint_io import AtomicCheckpointIO
+    from proj.reliability import AtomicCheckpointIO
 
     cli = main(["fit", "--config", config("digits.yaml"), "--trainer.fast_dev_run=true"])
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_each_safeguard_is_switched_off_by_its_key(workdir):
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    from proj.reliability import ExactResume, Preemption, StopOnDivergence
+
+    off = ["--exact_resume=null", "--preemption=null", "--stop_on_divergence=null", "--checkpoint_io=null"]
+    cli = main(["fit", "--config", config("digits.yaml"), "--trainer.max_steps=2", *off])
+    kinds = {type(callback) for callback in cli.trainer.callbacks}
+    assert not kinds & {ExactResume, Preemption, StopOnDivergence}
+    assert type(cli.trainer.strategy.checkpoint_io) is TorchCheckpointIO
+    saved = torch.load(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 2 and "rng_states" not in saved

@@ -129,8 +129,8 @@ def test_a_peak_that_is_not_positive_is_refused():
     [("32-true", torch.float32), ("bf16-mixed", torch.bfloat16), ("64-true", torch.float64)],
 )
 def test_mfu_is_measured_against_the_precisions_own_dtype(precision, dtype):
-    """The one private Lightning function the template calls (Lightning offers no public way to
-    ask a precision plugin its compute dtype): this fails when Lightning moves or changes it."""
+    """One of the two private Lightning functions the template calls (Lightning offers no public way
+    to ask a precision plugin its compute dtype): this fails when Lightning moves or changes it."""
     from proj.callbacks.throughput import compute_dtype
 
     trainer = Trainer(accelerator="cpu", precision=precision, logger=False, enable_progress_bar=False)

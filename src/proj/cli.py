@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
-import json
 import logging
 import os
+import pickle
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
-import yaml
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import (
     Callback,
@@ -32,14 +32,12 @@ from lightning.pytorch.cli import (
     ArgsType,
     LightningArgumentParser,
     LightningCLI,
-    SaveConfigCallback,
 )
-from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
-from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
+from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.utilities import rank_zero_info
 
-from proj.callbacks import ExactResume, Preemption, StopOnDivergence, ValidateAtEnd
-from proj.checkpoint_io import AtomicCheckpointIO
+from proj.callbacks import ValidateAtEnd
 from proj.preflight import (
     ConfigError,
     check_config_files,
@@ -53,13 +51,11 @@ from proj.preflight import (
     read_weights,
 )
 from proj.runs import (
+    RunConfigSaver,
     RunInUseError,
     RunLock,
-    remove_stale_temporaries,
+    claim_run_directory,
     resolve_checkpoint,
-    restore_metrics,
-    run_directory,
-    take_metrics_aside,
 )
 
 DEFAULT_SEED = 42
@@ -80,6 +76,10 @@ STANDARD_CALLBACKS: dict[str, type[Callback]] = {
     "lr_monitor": LearningRateMonitor,
     "progress_bar": ProgressBar,
     "throughput": Callback,
+    # proj.reliability: what keeps a killed, preempted or diverging run's work safe.
+    "exact_resume": Callback,
+    "preemption": Callback,
+    "stop_on_divergence": Callback,
 }
 
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
@@ -96,88 +96,6 @@ class _NoTips(logging.Filter):
 
 for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
     logging.getLogger(_name).addFilter(_NoTips())
-
-
-class RunConfigSaver(SaveConfigCallback):
-    """Saves the resolved config as ``config.yaml`` in the run directory, once per run, and hands it
-    to W&B or MLflow when the run logs there.
-
-    Lightning's own callback writes to ``trainer.log_dir``, which for W&B is the shared ``save_dir``:
-    a second run there collides with the first. The run directory is decided on rank 0 and
-    broadcast, so under DDP every rank agrees and only rank 0 writes.
-    """
-
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self.already_saved:
-            return
-        run_dir = trainer.strategy.broadcast(run_directory(trainer))
-        path = Path(run_dir) / self.config_filename
-        # A resumed run continues in its own directory: the config that started it stays.
-        if trainer.is_global_zero:
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
-            for logger in trainer.loggers:
-                if isinstance(logger, WandbLogger):
-                    upload_config(logger, path)
-                elif isinstance(logger, MLFlowLogger):
-                    upload_config_to_mlflow(logger, path)
-        self.already_saved = True
-
-
-def upload_config(logger: WandbLogger, path: Path) -> None:
-    """The run's config in W&B twice: as the run's config (each key searchable and comparable across
-    runs) and as the file itself, ``run_config.yaml``, which ``fit --config`` repeats the run from.
-
-    W&B keeps its own ``config.yaml`` among the run's files, hence the other name. Resumed, the
-    W&B run receives the config that started it, as the run directory holds it.
-    """
-    text = path.read_text()
-    run = logger.experiment
-    run.config.update(yaml.safe_load(text), allow_val_change=True)
-    copy = Path(run.dir) / "run_config.yaml"
-    copy.write_text(text)
-    run.save(str(copy), base_path=run.dir, policy="now")
-
-
-def upload_config_to_mlflow(logger: MLFlowLogger, path: Path) -> None:
-    """The run's config in MLflow twice: as the run's params, one per dotted key such as
-    ``data.init_args.batch_size`` (the MLflow UI filters and compares runs by them), and as the
-    artifact ``config.yaml``, which ``fit --config`` repeats the run from.
-
-    MLflow refuses a param value over its length limit: such a value is cut, ends with a note saying
-    so, and is named in a warning; the artifact keeps it whole. Resumed, the run receives the config
-    that started it again, as the run directory holds it: MLflow accepts a param logged again only
-    with the same value.
-    """
-    from mlflow.entities import Param
-    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
-
-    note = " ... [cut: whole in the artifact config.yaml]"
-    params = flat_params(yaml.safe_load(path.read_text()))
-    if too_long := [key for key, value in params.items() if len(value) > MAX_PARAM_VAL_LENGTH]:
-        rank_zero_warn(f"MLflow params cut to {MAX_PARAM_VAL_LENGTH} characters: {', '.join(too_long)}")
-    for key in too_long:
-        params[key] = params[key][: MAX_PARAM_VAL_LENGTH - len(note)] + note
-    entries = [Param(key, value) for key, value in params.items()]
-    client, run_id = logger.experiment, logger.run_id
-    for start in range(0, len(entries), MAX_PARAMS_TAGS_PER_BATCH):
-        client.log_batch(run_id, params=entries[start : start + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_artifact(run_id, str(path))
-
-
-def flat_params(value: object, key: str = "") -> dict[str, str]:
-    """A config as ``{dotted key: text}``: mappings and lists of mappings (the callbacks) are
-    opened, so each setting is its own param; other values are written as JSON (``[32, 64]``,
-    ``true``, ``null``), strings as they are."""
-    if isinstance(value, dict) and value:
-        items = value.items()
-    elif isinstance(value, list) and any(isinstance(item, dict) for item in value):
-        items = enumerate(value)
-    else:
-        return {key: value if isinstance(value, str) else json.dumps(value, default=str)}
-    prefix = f"{key}." if key else ""
-    return {k: v for name, item in items for k, v in flat_params(item, f"{prefix}{name}").items()}
 
 
 # Set to 1, a user error shows its traceback too (and is raised as it was), as for a bug.
@@ -218,7 +136,7 @@ class ProjCLI(LightningCLI):
                 # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
                 # checkpoints) lands under runs/ too, never in the working folder.
                 "default_root_dir": "runs",
-                "callbacks": [ExactResume(), Preemption(), StopOnDivergence(), ValidateAtEnd()],
+                "callbacks": [ValidateAtEnd()],
             },
             parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
             auto_configure_optimizers=False,
@@ -229,6 +147,7 @@ class ProjCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():
             parser.add_subclass_arguments(base, key, fail_untyped=False, required=False)
+        parser.add_subclass_arguments(CheckpointIO, "checkpoint_io", fail_untyped=False, required=False)
         if self.config_files:
             # Runs are filed under the experiment's name, by default the file name of its config, so a
             # copied config logs apart from its original. A logger `name` in any config or flag wins.
@@ -304,38 +223,25 @@ class ProjCLI(LightningCLI):
             # without a bar but with one in its callbacks.
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, **kwargs})
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        # Only in place of the default: a strategy's own (FSDP, DeepSpeed) or one given in
+        # trainer.plugins is kept.
+        io = config.get("checkpoint_io")
+        if io is not None and type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = io
+        load_weights_only(trainer.strategy)
         return trainer
 
-    def claim_run_directory(self) -> None:
-        """Hold the run directory for this process, clear what a killed process left half-done there,
-        and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
-        trainer = self.trainer
-        if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
-            return
-        if trainer.loggers[0].version is None:  # a new W&B run: its own fresh id, nothing to keep
-            return
-        run = Path(run_directory(trainer))
-        RunLock.acquire(run)
-        remove_stale_temporaries(run)
-        if isinstance(trainer.logger, CSVLogger):
-            aside = take_metrics_aside(run)
-            if aside is not None:
-                restore_metrics(trainer.logger, aside)
-        rank_zero_info(f"Run directory: {run}")
-
     def before_fit(self) -> None:
-        self.claim_run_directory()
+        claim_run_directory(self.trainer)
 
     def before_validate(self) -> None:
-        self.claim_run_directory()
+        claim_run_directory(self.trainer)
 
     def before_test(self) -> None:
-        self.claim_run_directory()
+        claim_run_directory(self.trainer)
 
     def before_predict(self) -> None:
-        self.claim_run_directory()
+        claim_run_directory(self.trainer)
 
     def after_fit(self) -> None:
         trainer = self.trainer
@@ -350,6 +256,27 @@ class ProjCLI(LightningCLI):
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def load_weights_only(strategy: Strategy) -> None:
+    """Every checkpoint Lightning loads for this command (``--ckpt_path`` including ``hpc``, the best
+    checkpoint ``test_after_fit`` follows, the tuners' own) is read with ``weights_only=True``,
+    whatever asks otherwise (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, a strategy's default), so a
+    crafted file cannot run code: this template's checkpoints hold plain values only. Wrapped on
+    the strategy, which every load goes through, whatever its checkpoint IO."""
+    load = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        try:
+            return load(checkpoint_path, weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise ConfigError(
+                f"checkpoint '{checkpoint_path}' holds pickled objects that `weights_only=True` refuses "
+                f"to load, so it was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written "
+                "by this template, whose hyperparameters are plain values."
+            ) from None
+
+    strategy.load_checkpoint = load_checkpoint
 
 
 def refusal(error: BaseException, config) -> str:

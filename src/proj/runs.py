@@ -20,11 +20,12 @@ from typing import Any, ClassVar
 
 import torch
 import yaml
-from lightning.pytorch import Trainer
-from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from proj.logger_media import upload_config, upload_config_to_mlflow
 from proj.preflight import check_ckpt_path, check_same_model
 
 METRICS_FILE = "metrics.csv"
@@ -383,3 +384,47 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
+
+
+def claim_run_directory(trainer: Trainer) -> None:
+    """Hold the run directory for this process, clear what a killed process left half-done there,
+    and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
+    if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
+        return
+    if trainer.loggers[0].version is None:  # a new W&B run: its own fresh id, nothing to keep
+        return
+    run = Path(run_directory(trainer))
+    RunLock.acquire(run)
+    remove_stale_temporaries(run)
+    if isinstance(trainer.logger, CSVLogger):
+        aside = take_metrics_aside(run)
+        if aside is not None:
+            restore_metrics(trainer.logger, aside)
+    rank_zero_info(f"Run directory: {run}")
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Saves the resolved config as ``config.yaml`` in the run directory, once per run, and hands it
+    to W&B or MLflow when the run logs there.
+
+    Lightning's own callback writes to ``trainer.log_dir``, which for W&B is the shared ``save_dir``:
+    a second run there collides with the first. The run directory is decided on rank 0 and
+    broadcast, so under DDP every rank agrees and only rank 0 writes.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        run_dir = trainer.strategy.broadcast(run_directory(trainer))
+        path = Path(run_dir) / self.config_filename
+        # A resumed run continues in its own directory: the config that started it stays.
+        if trainer.is_global_zero:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
+            for logger in trainer.loggers:
+                if isinstance(logger, WandbLogger):
+                    upload_config(logger, path)
+                elif isinstance(logger, MLFlowLogger):
+                    upload_config_to_mlflow(logger, path)
+        self.already_saved = True

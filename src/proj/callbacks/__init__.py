@@ -1,7 +1,6 @@
-"""Callbacks Lightning lacks, and the prediction writers built on its ``BasePredictionWriter``."""
+"""Callbacks Lightning lacks, and the prediction writers built on its ``BasePredictionWriter``.
+(What keeps a run safe from kills, preemption and divergence is in ``proj.reliability``.)"""
 
-from proj.callbacks.divergence import DivergenceError, StopOnDivergence
-from proj.callbacks.last_checkpoint import LastCheckpoint
 from proj.callbacks.lr_monitor import LearningRateMonitor
 from proj.callbacks.prediction_writer import (
     ClassPredictionWriter,
@@ -9,8 +8,6 @@ from proj.callbacks.prediction_writer import (
     TextPredictionWriter,
     writer_when_predicting,
 )
-from proj.callbacks.preemption import Preempted, Preemption
-from proj.callbacks.resume import ExactResume
 from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
 from proj.callbacks.validate_at_end import ValidateAtEnd
@@ -18,15 +15,9 @@ from proj.callbacks.validate_at_end import ValidateAtEnd
 __all__ = [
     "BatchSizeFinder",
     "ClassPredictionWriter",
-    "DivergenceError",
-    "ExactResume",
-    "LastCheckpoint",
     "LearningRateFinder",
     "LearningRateMonitor",
     "PredictionFileWriter",
-    "Preempted",
-    "Preemption",
-    "StopOnDivergence",
     "TextPredictionWriter",
     "TrainingThroughput",
     "ValidateAtEnd",

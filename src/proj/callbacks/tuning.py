@@ -22,7 +22,6 @@ from typing import Any, Literal
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BatchSizeFinder as _BatchSizeFinder
 from lightning.pytorch.callbacks import LearningRateFinder as _LearningRateFinder
-from lightning.pytorch.tuner.batch_size_scaling import _reset_dataloaders
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_setattr
 from lightning.pytorch.utilities.seed import isolate_rng
@@ -211,7 +210,7 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
         used = size if self.apply else configured
         if lightning_getattr(pl_module, name) != used:
             lightning_setattr(pl_module, name, used)
-            _reset_dataloaders(trainer)  # Lightning's own step after setting a size: loaders rebuilt
+            rebuild_loaders(trainer)
         lr, warmup = self.scaled_schedule(pl_module, configured, size)
         if self.apply:
             self.trained_batch_size = size
@@ -273,3 +272,15 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.trained_batch_size = state_dict.get("trained_batch_size")
+
+
+def rebuild_loaders(trainer: Trainer) -> None:
+    """Build the running loop's loaders again, at the batch size just set on the module.
+
+    Lightning has no public way to do it; its own batch size finder calls this private function
+    after each size it tries. ``tests/test_tuning.py`` fails if it moves or stops rebuilding them: a
+    report-only finder that tried 128 must leave the run training 21 batches of the configured 64.
+    """
+    from lightning.pytorch.tuner.batch_size_scaling import _reset_dataloaders
+
+    _reset_dataloaders(trainer)

@@ -15,7 +15,8 @@ from torchvision.transforms import v2
 
 from proj.data import checks
 from proj.data.image import adopt_network_normalisation, predict_files
-from proj.data.resumable import SplitLoaders, TrainOrder
+from proj.data.loaders import SplitLoaders
+from proj.reliability import TrainOrder
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

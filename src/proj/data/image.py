@@ -18,8 +18,9 @@ from torchvision.transforms.v2 import functional as TF
 from proj.data import checks
 from proj.data.augment import random_hflip, random_translate
 from proj.data.in_memory import TensorImageDataset
-from proj.data.resumable import SplitLoaders, TrainOrder
+from proj.data.loaders import SplitLoaders
 from proj.preflight import ConfigError
+from proj.reliability import TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]
 

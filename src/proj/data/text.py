@@ -15,7 +15,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from proj.data import checks
-from proj.data.resumable import SplitLoaders, TrainOrder
+from proj.data.loaders import SplitLoaders
+from proj.reliability import TrainOrder
 
 TINY_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -1,6 +1,4 @@
-"""Training order that a checkpoint can restore exactly, mid-epoch included, and the loaders every
-data module builds: one batched gather for whole-tensor datasets, per-item calls, workers and
-Lightning's default collation for any other map-style dataset."""
+"""Training order that a checkpoint restores exactly, mid-epoch included, whatever the dataset."""
 
 from __future__ import annotations
 
@@ -11,11 +9,10 @@ from typing import Any
 
 import torch
 from lightning.pytorch import Trainer
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from proj.data.in_memory import keep_batch
+from proj.preflight import ConfigError
 
 
 class ResumableSampler(DistributedSampler):
@@ -94,42 +91,6 @@ class SeededItems(Dataset):
             rng.set_state(state)
 
 
-def batched(dataset: Dataset) -> bool:
-    """Whether ``dataset`` cuts a whole batch in one ``__getitems__`` call (whole-tensor datasets)."""
-    return hasattr(type(dataset), "__getitems__")
-
-
-def loader_options(dataset: Dataset, num_workers: int, pin_memory: bool) -> dict[str, Any]:
-    """``DataLoader`` options for ``dataset``: a batched dataset returns its batch as it is
-    (``keep_batch``), a per-item one gets Lightning's default collation."""
-    options: dict[str, Any] = {
-        "num_workers": num_workers,
-        "pin_memory": pin_memory,
-        "persistent_workers": num_workers > 0,
-    }
-    if batched(dataset):
-        options["collate_fn"] = keep_batch
-    return options
-
-
-def eval_loader(
-    dataset: Dataset, batch_size: int, trainer: Trainer | None, num_workers: int = 0, pin_memory: bool = False
-) -> DataLoader:
-    """The loader of an evaluation split, in order.
-
-    Under DDP each rank takes every ``world_size``-th sample and no more: Lightning's default
-    ``DistributedSampler`` would pad the shards with repeated samples, which the metrics would
-    then count twice.
-    """
-    sampler = None
-    if trainer is not None and trainer.world_size > 1:
-        sampler = UnrepeatedDistributedSampler(
-            dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
-        )
-    options = loader_options(dataset, num_workers, pin_memory)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **options)
-
-
 class TrainOrder:
     """The training order of a data module: builds its training loader and holds where a
     checkpoint left it, so the order is resumed exactly, mid-epoch included.
@@ -158,13 +119,14 @@ class TrainOrder:
         batch_size: int,
         trainer: Trainer | None,
         epoch_size: int | None = None,
-        num_workers: int = 0,
-        pin_memory: bool = False,
+        batched: bool = False,
+        **options: Any,
     ) -> DataLoader:
+        """The training loader, from where a loaded checkpoint left off. ``batched``: ``dataset``
+        cuts whole batches itself, so its items need no seeds; ``options`` go to the ``DataLoader``."""
         replicas, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-        options = loader_options(dataset, num_workers, pin_memory)
-        keyed = not batched(dataset)
+        keyed = not batched
         sampler = ResumableSampler(dataset, replicas, rank, seed=seed, epoch_size=epoch_size, keyed=keyed)
         if self._resume_from is not None:
             epoch, batches = self._resume_from["epoch"], self._resume_from["batches"]
@@ -199,7 +161,7 @@ class TrainOrder:
         if saved != now and not (self._resume_from or {}).get("epoch_done"):
             # Each process's position is counted in its own shard: with another number of
             # processes the rest of the epoch would be other samples than the interrupted run's.
-            raise ValueError(
+            raise ConfigError(
                 f"--ckpt_path: the checkpoint was written mid-epoch by a run of {saved} process(es), and "
                 f"this run has {now}. Resume it with the same number of processes (trainer.devices x "
                 f"trainer.num_nodes = {saved}, e.g. --trainer.devices={saved}), or resume from a "
@@ -209,48 +171,3 @@ class TrainOrder:
         warnings.filterwarnings(
             "ignore", message="You're resuming from a checkpoint that ended before the epoch"
         )
-
-
-class SplitLoaders:
-    """The loaders and checkpoint hooks of a data module whose splits are datasets in ``self.splits``:
-    training in ``self.train_order``'s resumable order, evaluation in order. Mixed in before
-    ``LightningDataModule``; a module only adds its ``predict_dataloader`` and, for an epoch that is
-    not one pass over the training split, ``train_epoch_size``."""
-
-    splits: dict[str, Dataset]
-    batch_size: int
-    num_workers: int
-    pin_memory: bool
-    train_order: TrainOrder
-    trainer: Trainer | None
-
-    def train_epoch_size(self) -> int | None:
-        """Samples an epoch draws; None: each training sample once."""
-        return None
-
-    def train_dataloader(self) -> DataLoader:
-        return self.train_order.loader(
-            self.splits["train"],
-            self.batch_size,
-            self.trainer,
-            self.train_epoch_size(),
-            self.num_workers,
-            self.pin_memory,
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self.loader("test")
-
-    def loader(self, split: str) -> DataLoader:
-        return eval_loader(
-            self.splits[split], self.batch_size, self.trainer, self.num_workers, self.pin_memory
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.train_order.state_dict(self.trainer)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.train_order.load_state_dict(state_dict, self.trainer)
