@@ -419,7 +419,9 @@ CASES: list[Case] = [
         "network",
         "mlp negative width",
         digits(
-            "fit", "--model.init_args.net=proj.nets.MLP", "--model.init_args.net.init_args.hidden_sizes=[-4]"
+            "fit",
+            "--model.init_args.net=proj.nets.MLP",
+            "--model.init_args.net.init_args.hidden_sizes=[-4]",
         ),
         ("model.init_args.net (", "proj.nets.MLP", "net.hidden_sizes must be"),
     ),

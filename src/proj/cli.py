@@ -101,7 +101,8 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
 # Set to 1, a user error shows its traceback too (and is raised as it was), as for a bug.
 DEBUG_VARIABLE = "PROJ_DEBUG"
 # What the operating system says when the disk cannot take a file: said as such, not as a traceback.
-DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+# (A save_dir that is no folder, or not writable, is refused before the run: preflight.check_save_dir.)
+DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
 
 
 def debugging() -> bool:

@@ -224,9 +224,7 @@ def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
             f"{field}: '{path}' holds no state_dict, so it is no Lightning checkpoint. Pass a "
             "checkpoint written by `fit` (runs/<experiment>/<version>/checkpoints/)."
         )
-    bad = [
-        k for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point() and not v.isfinite().all()
-    ]
+    bad = [key for key, value in state.items() if diverged(value)]
     if bad:
         raise ConfigError(
             f"{field}: '{path}' holds non-finite weights (nan or inf in {', '.join(bad[:3])}"
@@ -253,6 +251,14 @@ def check_fits_model(checkpoint: dict, model: torch.nn.Module, field: str, path:
             f"{field}: '{path}' does not fit this model ({what}): it was trained with other settings. "
             "Use the config it was trained with (its run directory's config.yaml), or another checkpoint."
         )
+
+
+def diverged(value: object) -> bool:
+    """Whether a saved tensor shows a diverged run: any nan, or an inf among weights. A single inf is
+    a metric's running best before its first value (``MaxMetric`` starts at -inf), not a weight."""
+    if not torch.is_tensor(value) or not value.is_floating_point():
+        return False
+    return bool(value.isnan().any() or (value.ndim > 0 and value.isinf().any()))
 
 
 def check_ckpt_path(ckpt_path: str, parser: LightningArgumentParser, config=None) -> dict:
