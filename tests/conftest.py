@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 # Under `make test` each core runs a worker (pytest-xdist): one thread per process, set before torch
 # is imported and inherited by the training processes tests start, keeps them from oversubscribing.
@@ -24,9 +25,12 @@ CONFIGS = ROOT / "configs"
 # configs/defaults.yaml is what every experiment starts from (the CLI reads it first), not one itself.
 DEFAULTS = CONFIGS / "defaults.yaml"
 EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml") if p != DEFAULTS)
-# configs/sweeps/ holds W&B sweep specs, which drive the CLI instead of stacking on an experiment.
+# configs/sweeps/ holds sweeps, which drive the CLI instead of stacking on an experiment: W&B sweep
+# specs (a `command` for W&B's agent) and Optuna sweeps (`python -m proj sweep`).
 OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") if p.parent.name != "sweeps")
 SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))
+WANDB_SWEEPS = [name for name in SWEEPS if "command" in yaml.safe_load((CONFIGS / name).read_text())]
+OPTUNA_SWEEPS = [name for name in SWEEPS if name not in WANDB_SWEEPS]
 # CI checks the repository out beside ../shared, which holds the real corpus: tests never download it.
 TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 EXPERIMENT_ARGS = {

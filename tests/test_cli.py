@@ -17,7 +17,7 @@ from proj.cli import main
     ["digits.yaml", "mnist.yaml", "fashion_mnist.yaml", pytest.param("cifar10.yaml", marks=pytest.mark.slow)],
 )
 def test_fast_dev_run(experiment, image_data):
-    cli = fit(experiment, "trainer/debug.yaml", extra=("--data.num_workers=0",))
+    cli = fit(experiment, "debug/fast_dev_run.yaml", extra=("--data.num_workers=0",))
     assert cli.trainer.state.finished
     metrics = cli.trainer.callback_metrics
     assert torch.isfinite(metrics["test/loss"])
@@ -65,7 +65,7 @@ def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch):
 
     monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens: download fails
     with pytest.raises(RuntimeError, match=r"(?s)Could not download MNIST into 'data'.*IDX files.*data_dir"):
-        fit("mnist.yaml", "trainer/debug.yaml")
+        fit("mnist.yaml", "debug/fast_dev_run.yaml")
 
 
 @pytest.mark.slow

@@ -9,7 +9,17 @@ import random
 import pytest
 import yaml
 
-from conftest import CONFIGS, EXPERIMENTS, OVERLAYS, ROOT, SWEEPS, TINY_FIT, config, experiment_args
+from conftest import (
+    CONFIGS,
+    EXPERIMENTS,
+    OPTUNA_SWEEPS,
+    OVERLAYS,
+    ROOT,
+    TINY_FIT,
+    WANDB_SWEEPS,
+    config,
+    experiment_args,
+)
 from proj.cli import STANDARD_CALLBACKS, main
 
 
@@ -150,7 +160,7 @@ def test_fsdp_overlay_shards_each_transformer_block():
 def test_overlay_appends_callbacks_instead_of_replacing(workdir):
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
 
-    cli = build("digits.yaml", "trainer/debug.yaml")
+    cli = build("digits.yaml", "debug/fast_dev_run.yaml")
     kinds = [type(cb) for cb in cli.trainer.callbacks]
     assert ModelSummary in kinds
     early = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping))
@@ -205,7 +215,7 @@ def sample(spec: dict, rng: random.Random) -> object:
     raise NotImplementedError(f"teach sample() the '{distribution}' distribution")
 
 
-@pytest.mark.parametrize("sweep", SWEEPS)
+@pytest.mark.parametrize("sweep", WANDB_SWEEPS)
 def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     spec = yaml.safe_load((CONFIGS / sweep).read_text())
     assert spec["metric"]["name"] in {"val/loss", "val/acc", "val/acc_best"}
@@ -226,3 +236,28 @@ def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
         for key in name.split("."):
             node = node[key]
         assert node == pytest.approx(value), name
+
+
+@pytest.mark.parametrize("sweep", OPTUNA_SWEEPS)
+def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
+    import optuna
+
+    from proj.sweep import load_sweep, suggest, trial_command
+
+    # The sweep's config paths are the repository's, as `python -m proj sweep` runs from its root.
+    monkeypatch.chdir(ROOT)
+    spec = load_sweep(CONFIGS / sweep)
+    assert spec.metric in {"val/loss", "val/acc"} and spec.n_trials >= 20
+    values = suggest(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask(), spec.space)
+    command = trial_command(spec, values, number=0)
+    assert command[1:4] == ["-m", "proj", "fit"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command[3:], "--print_config"])
+    assert exit_info.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
+    for name, value in values.items():
+        node = printed
+        for key in name.split("."):
+            node = node[key]
+        assert node == pytest.approx(value), name
+    assert printed["trainer"]["logger"]["init_args"]["save_dir"] == f"runs/sweeps/{spec.name}"

@@ -45,6 +45,6 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
         assert weights and all(torch.isfinite(v).all() for v in weights)
 
 
-def test_debug_overlay_turns_on_anomaly_detection(workdir):
-    cli = main(["--config", config("digits.yaml"), "--config", config("trainer/debug.yaml")], run=False)
+def test_anomaly_overlay_turns_on_anomaly_detection(workdir):
+    cli = main(["--config", config("digits.yaml"), "--config", config("debug/anomaly.yaml")], run=False)
     assert cli.trainer._detect_anomaly is True

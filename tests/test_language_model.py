@@ -256,7 +256,7 @@ def test_debug_run_of_the_text_experiment(workdir):
             "--config",
             config("shakespeare_char_cpu.yaml"),
             "--config",
-            config("trainer/debug.yaml"),
+            config("debug/fast_dev_run.yaml"),
             f"--data.init_args.path={write_verse(workdir)}",
         ]
     )

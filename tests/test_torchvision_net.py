@@ -134,7 +134,7 @@ def test_the_data_module_normalises_as_the_pretrained_weights_expect(pretrained,
         warnings.simplefilter("always")
         cli = fit(
             "digits.yaml",
-            "trainer/debug.yaml",
+            "debug/fast_dev_run.yaml",
             extra=(
                 "--model.init_args.net=proj.nets.TorchvisionNet",
                 "--model.init_args.net.init_args.name=resnet18",

@@ -37,7 +37,7 @@ from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities import rank_zero_info
 
-from proj.callbacks import ValidateAtEnd
+from proj.callbacks import OptunaPruning, ValidateAtEnd
 from proj.preflight import (
     ConfigError,
     check_config_files,
@@ -219,6 +219,10 @@ class ProjCLI(LightningCLI):
         listed = listed if isinstance(listed, list) else [listed]
         # The standard callbacks first, then what trainer.callbacks adds: the order of a single list.
         callbacks = [config[key] for key in STANDARD_CALLBACKS if config.get(key) is not None] + listed
+        # A trial of `python -m proj sweep` reports to its study; not in the config, so that the saved
+        # config.yaml repeats the trial alone.
+        if self.subcommand == "fit" and (pruning := OptunaPruning.from_environment()) is not None:
+            callbacks.append(pruning)
         if config.trainer.get("enable_progress_bar") is False:
             # Switching the bar off drops the configured one, where Lightning would refuse a Trainer
             # without a bar but with one in its callbacks.

@@ -8,6 +8,7 @@ from proj.callbacks.prediction_writer import (
     TextPredictionWriter,
     writer_when_predicting,
 )
+from proj.callbacks.pruning import OptunaPruning
 from proj.callbacks.throughput import TrainingThroughput
 from proj.callbacks.tuning import BatchSizeFinder, LearningRateFinder
 from proj.callbacks.validate_at_end import ValidateAtEnd
@@ -17,6 +18,7 @@ __all__ = [
     "ClassPredictionWriter",
     "LearningRateFinder",
     "LearningRateMonitor",
+    "OptunaPruning",
     "PredictionFileWriter",
     "TextPredictionWriter",
     "TrainingThroughput",

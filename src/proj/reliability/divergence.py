@@ -11,7 +11,7 @@ CAUSES = (
     "Usual causes: a learning rate too high for this model (lower "
     "model.init_args.optimizer.init_args.lr or lengthen the warmup), an overflow in reduced precision "
     "(trainer.precision is {precision}; 32-true rules it out), or bad input data (NaN/inf values, wrong "
-    "normalisation). Stack configs/trainer/debug.yaml to find the first operation that produced it, "
+    "normalisation). Stack configs/debug/anomaly.yaml to find the first operation that produced it, "
     "and resume from a good checkpoint with --ckpt_path last."
 )
 

@@ -1,0 +1,78 @@
+"""A sweep trial's side of the study: report the metric after each validation, stop when pruned."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+
+from proj.runs import run_directory
+
+
+class OptunaPruning(Callback):
+    """Reports the sweep's metric to the trial after each validation, at the optimizer step it was
+    measured, and stops the run (as early stopping does) once the study's pruner says so.
+
+    Optuna's own ``PyTorchLightningPruningCallback`` raises inside ``fit``; here the run ends as any
+    stopped run does, with its checkpoints, its test and a clean exit, and records the step it was
+    pruned at in the trial, from which the sweep's worker marks the trial pruned. The trial runs in a
+    process the worker started, so it reaches the study through the storage, as a worker on another
+    machine would. Under DDP rank 0 talks to the study and the decision is broadcast.
+    """
+
+    def __init__(self, storage: str, study: str, trial_id: int, metric: str, pruner: dict[str, Any]) -> None:
+        self.storage, self.study_name, self.trial_id = storage, study, trial_id
+        self.metric, self.pruner = metric, pruner
+        self.trial = None
+
+    @classmethod
+    def from_environment(cls) -> OptunaPruning | None:
+        """The callback of the trial a sweep started this process for (``proj.sweep.TRIAL_ENV``)."""
+        from proj.sweep import TRIAL_ENV
+
+        spec = os.environ.get(TRIAL_ENV)
+        return cls(**json.loads(spec)) if spec else None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit" or not trainer.is_global_zero or self.trial is not None:
+            return
+        import optuna
+
+        from proj.sweep import build_pruner, storage_for
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.load_study(
+            study_name=self.study_name,
+            storage=storage_for(self.storage),
+            sampler=optuna.samplers.RandomSampler(),  # the worker samples; this process only reports
+            pruner=build_pruner(self.pruner, f"the sweep of study '{self.study_name}'"),
+        )
+        self.trial = optuna.trial.Trial(study, self.trial_id)
+        self.trial.set_user_attr("run_dir", run_directory(trainer))
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        prune = False
+        if trainer.is_global_zero:
+            value = trainer.callback_metrics.get(self.metric)
+            if value is None:
+                logged = ", ".join(sorted(trainer.callback_metrics)) or "nothing"
+                raise ValueError(
+                    f"The sweep's metric '{self.metric}' is not logged; this run logs {logged}. "
+                    "Set the sweep config's `metric:` to one of them."
+                )
+            step = trainer.global_step
+            self.trial.report(float(value), step)
+            prune = self.trial.should_prune()
+            if prune:
+                self.trial.set_user_attr("pruned_at_step", step)
+                rank_zero_info(
+                    f"Sweep: the pruner stops this trial at step {step} ({self.metric} {float(value):.4f})"
+                )
+        if trainer.strategy.broadcast(prune):
+            trainer.should_stop = True

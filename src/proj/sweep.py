@@ -1,0 +1,595 @@
+"""Hyperparameter sweeps with Optuna:
+``python -m proj sweep --config configs/sweeps/digits_optuna.yaml``.
+
+A sweep config names the experiment's configs, the search space (the CLI's own dotted keys), the metric
+and its direction, the number of trials, the sampler and the pruner. Each trial is an ordinary
+``python -m proj fit`` in a process of its own, with the trial's values as ``--key=value`` flags,
+so its saved ``config.yaml`` repeats it alone. The study lives in a real database: SQLite in
+``runs/sweeps/<name>/study.db`` unless ``--storage`` names another (PostgreSQL, MySQL), which is how
+workers on several machines share one study; workers on one machine share the SQLite file.
+
+Resuming is starting the same command again: a trial left running by a worker that died (its process
+gone from this machine, or its heartbeat silent for ``GRACE_PERIOD_S`` on any machine) is marked
+failed and retried once with the same values, and workers start trials until ``n_trials`` have
+finished (complete or pruned) across all of them.
+
+This module runs the sweep and imports neither torch nor Lightning: a worker waits on its trials'
+processes at little cost. The trial's side, reporting the metric and obeying the pruner, is
+``proj.callbacks.pruning.OptunaPruning``, which the CLI adds when ``TRIAL_ENV`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
+
+# The environment variable through which a worker tells its trial's `fit` which study and trial to
+# report to: JSON with storage, study, trial_id, metric and pruner (a config of its own would make the
+# saved config.yaml report to the study again when it is repeated).
+TRIAL_ENV = "PROJ_SWEEP_TRIAL"
+SWEEPS_ROOT = Path("runs") / "sweeps"
+# A worker's heartbeat, written while its trial runs: another machine's worker fails a trial whose
+# heartbeat is older than the grace period (its worker died or lost the network).
+HEARTBEAT_INTERVAL_S = 20
+GRACE_PERIOD_S = 90
+# A sweep whose trials keep failing (a metric the model does not log, a range that diverges) stops
+# rather than sampling on: it might never reach n_trials.
+MAX_FAILURES_IN_A_ROW = 3
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+SPACE_TYPES = ("float", "int", "categorical")
+HOST = socket.gethostname()
+# Heartbeats, stale trials and the matplotlib plots are "experimental" in Optuna 4: used as documented.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+class SweepConfigError(ValueError):
+    """The sweep config is wrong; the message names the field and the fix."""
+
+
+class TrialFailed(RuntimeError):
+    """A trial's run failed; the sweep goes on with the next trial."""
+
+
+@dataclass
+class Sweep:
+    """A sweep config, validated (see ``configs/sweeps/digits_optuna.yaml`` for every field)."""
+
+    path: Path
+    name: str
+    configs: list[str]
+    flags: list[str]
+    metric: str
+    direction: str
+    n_trials: int
+    sampler: dict[str, Any]
+    pruner: dict[str, Any]
+    space: dict[str, dict[str, Any]]
+
+    @property
+    def folder(self) -> Path:
+        """``runs/sweeps/<name>/``: the SQLite study, the trials' run directories and the results."""
+        return SWEEPS_ROOT / self.name
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep config, so that a mistake stops the sweep before any trial runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepConfigError(
+            f"{path}: no such file. Pass the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
+        )
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise SweepConfigError(f"{path}: a sweep config is a mapping of fields (configs, space, metric, ...)")
+    if "method" in spec or "command" in spec:
+        raise SweepConfigError(
+            f"{path}: this is a W&B sweep spec; run it with `wandb sweep {path}` (see the README's Sweeps)."
+        )
+
+    def fail(field: str, problem: str) -> SweepConfigError:
+        return SweepConfigError(f"{path}: {field}: {problem}")
+
+    known = {"configs", "flags", "metric", "direction", "n_trials", "sampler", "pruner", "space"}
+    if unknown := sorted(set(spec) - known):
+        raise fail(unknown[0], f"unknown field; the fields are {', '.join(sorted(known))}")
+    configs = spec.get("configs")
+    if isinstance(configs, str):
+        configs = [configs]
+    if not configs or not all(isinstance(c, str) for c in configs):
+        raise fail(
+            "configs", "missing: list the experiment's config files, e.g. `configs: [configs/digits.yaml]`"
+        )
+    for config in configs:
+        if not Path(config).is_file():
+            raise fail(
+                "configs", f"no file '{config}' (paths are relative to the folder the sweep starts in)"
+            )
+    flags = spec.get("flags") or []
+    if not isinstance(flags, list) or not all(isinstance(f, str) and f.startswith("--") for f in flags):
+        raise fail("flags", "a list of command-line flags such as `--trainer.max_epochs=10`")
+    metric = spec.get("metric")
+    if not isinstance(metric, str) or not metric:
+        raise fail("metric", "missing: the logged metric to optimise, e.g. `metric: val/loss`")
+    direction = spec.get("direction")
+    if direction not in ("minimize", "maximize"):
+        raise fail("direction", f"'{direction}': write `minimize` (a loss) or `maximize` (an accuracy)")
+    n_trials = spec.get("n_trials")
+    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
+        raise fail("n_trials", f"'{n_trials}': the number of trials to finish, a positive integer")
+    space = spec.get("space")
+    if not isinstance(space, dict) or not space:
+        raise fail(
+            "space",
+            "missing: map each dotted CLI key to a distribution, e.g. "
+            "`model.init_args.optimizer.init_args.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}`",
+        )
+    for key, distribution in space.items():
+        check_distribution(f"space.{key}", distribution, fail)
+    sweep = Sweep(
+        path=path,
+        name=path.stem,
+        configs=list(configs),
+        flags=list(flags),
+        metric=metric,
+        direction=direction,
+        n_trials=n_trials,
+        sampler=spec.get("sampler") or {"class_path": "TPESampler"},
+        pruner=spec.get("pruner") or {"class_path": "NopPruner"},
+        space=space,
+    )
+    build_sampler(sweep)  # an unknown class or argument stops here, not in the first trial
+    build_pruner(sweep.pruner, str(path))
+    return sweep
+
+
+def check_distribution(field: str, spec: Any, fail) -> None:
+    """One search-space entry: ``{type: float|int, low, high, log?, step?}`` or
+    ``{type: categorical, choices: [...]}``, the arguments of Optuna's ``suggest_*``."""
+    if not isinstance(spec, dict) or spec.get("type") not in SPACE_TYPES:
+        kind = spec.get("type") if isinstance(spec, dict) else spec
+        raise fail(
+            field,
+            f"unknown distribution '{kind}'; give `type:` float (with `log: true` for a log "
+            "scale), int or categorical",
+        )
+    kind = spec["type"]
+    allowed = {"type", "choices"} if kind == "categorical" else {"type", "low", "high", "log", "step"}
+    if extra := sorted(set(spec) - allowed):
+        raise fail(
+            field, f"'{extra[0]}' is no setting of a {kind}; it takes {', '.join(sorted(allowed - {'type'}))}"
+        )
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise fail(field, "a categorical needs `choices: [...]`, a list of values")
+        if not all(c is None or isinstance(c, (bool, int, float, str)) for c in choices):
+            raise fail(field, "choices must be numbers, strings, booleans or null (Optuna stores no lists)")
+        return
+    number = int if kind == "int" else (int, float)
+    for bound in ("low", "high"):
+        value = spec.get(bound)
+        if not isinstance(value, number) or isinstance(value, bool):
+            hint = " (YAML reads 1e-4 as text: write 1.0e-4)" if isinstance(value, str) else ""
+            raise fail(
+                field,
+                f"`{bound}` must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}{hint}",
+            )
+    if spec["low"] >= spec["high"]:
+        raise fail(field, f"low ({spec['low']}) must be below high ({spec['high']})")
+    if spec.get("log") and spec["low"] <= 0:
+        raise fail(field, f"a log scale needs low > 0, got {spec['low']}")
+    if spec.get("log") and spec.get("step") not in (None, 1):
+        raise fail(field, "a log scale takes no `step`: drop one of them")
+
+
+def component(spec: Any, module: str, field: str, source: str, **extra: Any) -> Any:
+    """The sampler or pruner a ``{class_path, init_args}`` entry names (a bare class name is looked up
+    in ``optuna.samplers`` or ``optuna.pruners``), built with its arguments."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("class_path"), str):
+        raise SweepConfigError(f"{source}: {field}: give `class_path:` (e.g. TPESampler) and `init_args:`")
+    path = spec["class_path"] if "." in spec["class_path"] else f"{module}.{spec['class_path']}"
+    owner, _, name = path.rpartition(".")
+    cls = getattr(import_module(owner), name, None) if owner else None
+    if not isinstance(cls, type):
+        names = ", ".join(
+            n for n in dir(import_module(module)) if n[0].isupper() and not n.startswith("Base")
+        )
+        raise SweepConfigError(
+            f"{source}: {field}.class_path: no class '{spec['class_path']}'. {module} has: {names}"
+        )
+    try:
+        return cls(**{**(spec.get("init_args") or {}), **extra})
+    except (TypeError, ValueError) as error:
+        raise SweepConfigError(f"{source}: {field}.init_args: {error}") from None
+
+
+def build_sampler(sweep: Sweep, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
+    """The sweep's sampler. ``seed_offset`` moves a configured seed, so that workers sharing a study
+    do not all sample the same values."""
+    init_args = dict(sweep.sampler.get("init_args") or {}) if isinstance(sweep.sampler, dict) else {}
+    if seed_offset and init_args.get("seed") is not None:
+        init_args["seed"] = (init_args["seed"] + seed_offset) % 2**32
+    spec = {**sweep.sampler, "init_args": init_args} if isinstance(sweep.sampler, dict) else sweep.sampler
+    return component(spec, "optuna.samplers", "sampler", str(sweep.path))
+
+
+def build_pruner(spec: dict[str, Any], source: str) -> optuna.pruners.BasePruner:
+    """The sweep's pruner (the worker's and, rebuilt from the same entry, its trials')."""
+    return component(spec, "optuna.pruners", "pruner", source)
+
+
+def suggest(trial: optuna.Trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The trial's values, one per key of the search space."""
+    values = {}
+    for key, spec in space.items():
+        if spec["type"] == "categorical":
+            values[key] = trial.suggest_categorical(key, spec["choices"])
+        else:
+            suggest_number = trial.suggest_int if spec["type"] == "int" else trial.suggest_float
+            step = {"step": spec["step"]} if "step" in spec else {}  # suggest_int's default is 1
+            values[key] = suggest_number(key, spec["low"], spec["high"], log=bool(spec.get("log")), **step)
+    return values
+
+
+def trial_flags(values: dict[str, Any]) -> list[str]:
+    """``--key=value`` for each value: strings as they are, the rest as JSON (``true``, ``null``)."""
+    return [
+        f"--{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in values.items()
+    ]
+
+
+def trial_command(sweep: Sweep, values: dict[str, Any], number: int) -> list[str]:
+    """The trial's ``fit``: the sweep's configs and flags, the trial's values, and a run directory
+    under ``runs/sweeps/<name>/trial_<number>/`` (the logger's ``save_dir`` and ``name``, so that
+    repeating its config.yaml writes the next version beside it)."""
+    command = [sys.executable, "-m", "proj", "fit"]
+    for config in sweep.configs:
+        command += ["--config", config]
+    return [
+        *command,
+        *sweep.flags,
+        *trial_flags(values),
+        f"--trainer.logger.init_args.save_dir={sweep.folder}",
+        f"--trainer.logger.init_args.name=trial_{number}",
+    ]
+
+
+def storage_for(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage with heartbeats (a trial whose worker went silent is failed and retried
+    once with the same values). SQLite waits for a busy database rather than erring at once: several
+    workers and their trials write to one file."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    attempt = 1
+    while True:
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
+            )
+        except SQLAlchemyError:
+            # Workers started together on a new database race to create its tables; the loser finds
+            # them made on its next try.
+            if attempt == 5:
+                raise
+            time.sleep(attempt)
+            attempt += 1
+
+
+def default_storage(sweep: Sweep) -> str:
+    return f"sqlite:///{(sweep.folder / 'study.db').resolve()}"
+
+
+def open_study(sweep: Sweep, storage: optuna.storages.RDBStorage) -> optuna.Study:
+    """Create the study, or join it. The worker that creates it samples with the configured seed, so
+    a sweep of one worker repeats; a worker that joins offsets the seed by its process id."""
+    try:
+        return optuna.create_study(
+            storage=storage,
+            study_name=sweep.name,
+            direction=sweep.direction,
+            sampler=build_sampler(sweep),
+            pruner=build_pruner(sweep.pruner, str(sweep.path)),
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        pass
+    study = optuna.load_study(
+        study_name=sweep.name,
+        storage=storage,
+        sampler=build_sampler(sweep, seed_offset=os.getpid()),
+        pruner=build_pruner(sweep.pruner, str(sweep.path)),
+    )
+    if study.direction.name.lower() != sweep.direction:
+        raise SweepConfigError(
+            f"{sweep.path}: direction: the study '{sweep.name}' in the storage is to "
+            f"{study.direction.name.lower()}; use that, or another storage or config name for a new study"
+        )
+    return study
+
+
+def fresh(study: optuna.Study, number: int) -> FrozenTrial:
+    """Trial ``number`` as the storage holds it now, with what its run recorded."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
+    """Fail the trials a dead worker left running: on this machine, those whose worker's process is
+    gone (at once); on any machine, those whose heartbeat stopped (after the grace period). Each is
+    retried once with the same values."""
+    optuna.storages.fail_stale_trials(study)
+    retry = storage.get_heartbeat_stale_trial_callback()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
+        if host == HOST and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except (ValueError, RuntimeError):  # another worker failed it first
+                continue
+            print(f"trial {trial.number}: its worker (PID {pid}) is gone; marked failed, to be retried")
+            if retry is not None:
+                retry(study, fresh(study, trial.number))
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, str]]:
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def best_value(rows: list[dict[str, str]], metric: str, direction: str) -> float | None:
+    """The best value of ``metric`` the run logged: the trial's value, as its best checkpoint is the
+    best of the run."""
+    values = [float(row[metric]) for row in rows if row.get(metric) not in (None, "")]
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return None
+    return min(values) if direction == "minimize" else max(values)
+
+
+def objective_for(sweep: Sweep, storage_url: str):
+    """The objective: one trial's ``fit`` in a process of its own, whose output goes to
+    ``runs/sweeps/<name>/trial_<n>/output.log``."""
+
+    def objective(trial: optuna.Trial) -> float:
+        values = suggest(trial, sweep.space)
+        trial.set_user_attr("worker", f"{HOST}:{os.getpid()}")
+        folder = sweep.folder / f"trial_{trial.number}"
+        folder.mkdir(parents=True, exist_ok=True)
+        report_to = {
+            "storage": storage_url,
+            "study": sweep.name,
+            "trial_id": trial._trial_id,  # what optuna.trial.Trial(study, trial_id) takes; no public getter
+            "metric": sweep.metric,
+            "pruner": sweep.pruner,
+        }
+        log = folder / "output.log"
+        with open(log, "w") as out:
+            code = subprocess.run(
+                trial_command(sweep, values, trial.number),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, TRIAL_ENV: json.dumps(report_to)},
+                check=False,
+            ).returncode
+        recorded = fresh(trial.study, trial.number).user_attrs
+        run_dir = Path(recorded.get("run_dir", folder))
+        if code == 2:  # the CLI refused the command: every trial would fail alike
+            raise SweepConfigError(
+                f"trial {trial.number}: the CLI refused its command ({log}):\n{tail(log, 10)}"
+            )
+        rows = read_metrics(run_dir)
+        for key, value in last_values(rows, prefix="test/").items():
+            trial.set_user_attr(key, value)
+        value = best_value(rows, sweep.metric, sweep.direction)
+        if code != 0 or value is None:
+            error = f"exit status {code}: {tail(log, 1)}" if code else f"its run logged no {sweep.metric}"
+            trial.set_user_attr("error", f"{error} (output: {log})")
+            raise TrialFailed(error)
+        if "pruned_at_step" in recorded:
+            raise optuna.TrialPruned(f"at step {recorded['pruned_at_step']}")
+        return value
+
+    return objective
+
+
+def last_values(rows: list[dict[str, str]], prefix: str) -> dict[str, float]:
+    """The last logged value of each metric whose name starts with ``prefix``."""
+    found = {}
+    for row in rows:
+        found.update({k: float(v) for k, v in row.items() if k.startswith(prefix) and v not in (None, "")})
+    return found
+
+
+def tail(path: Path, lines: int = 5) -> str:
+    text = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
+    return "\n".join(text[-lines:]) or "(no output)"
+
+
+def describe(trial: FrozenTrial, metric: str) -> str:
+    """One line for a finished trial."""
+    seconds = f" in {trial.duration.total_seconds():.0f} s" if trial.duration else ""
+    values = ", ".join(
+        f"{k.rsplit('.', 1)[-1]}={v:.4g}" if isinstance(v, float) else f"{k.rsplit('.', 1)[-1]}={v}"
+        for k, v in trial.params.items()
+    )
+    if trial.state == TrialState.COMPLETE:
+        outcome = f"{metric} {trial.value:.4f}"
+    elif trial.state == TrialState.PRUNED:
+        outcome = f"pruned at step {trial.user_attrs.get('pruned_at_step', '?')}"
+    else:
+        outcome = "failed"
+    return f"trial {trial.number}: {outcome}{seconds} ({values})"
+
+
+def run_worker(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
+    """Run trials until ``n_trials`` of the study have finished (complete or pruned) or are running
+    in other workers, then write and print the results."""
+    storage = storage_for(storage_url)
+    study = open_study(sweep, storage)
+    objective = objective_for(sweep, storage_url)
+    failures = 0
+
+    def announce(study: optuna.Study, trial: FrozenTrial) -> None:
+        nonlocal failures
+        failures = failures + 1 if trial.state == TrialState.FAIL else 0
+        reason = f": {trial.user_attrs['error']}" if "error" in trial.user_attrs else ""
+        print(describe(trial, sweep.metric) + reason, flush=True)
+
+    while True:
+        fail_dead_trials(study, storage)
+        states = Counter(t.state for t in study.get_trials(deepcopy=False))
+        if sum(states[s] for s in FINISHED) + states[TrialState.RUNNING] >= n_trials:
+            break
+        if failures >= MAX_FAILURES_IN_A_ROW:
+            raise SystemExit(
+                f"error: {failures} trials in a row failed; see their output.log under {sweep.folder}/. "
+                "Start the same command again once fixed: the study continues."
+            )
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), callbacks=[announce])
+    return study
+
+
+def write_results(study: optuna.Study, sweep: Sweep, started: float) -> None:
+    """Print the best trial and how to repeat it; write ``trials.csv``, ``history.png`` and
+    ``importance.png`` into the sweep's folder."""
+    trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state for t in trials)
+    folder = sweep.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    write_table(trials, folder / "trials.csv")
+    written = ["trials.csv", *write_plots(study, folder)]
+    print(
+        f"\nSweep '{sweep.name}': {states[TrialState.COMPLETE]} complete, "
+        f"{states[TrialState.PRUNED]} pruned, {states[TrialState.FAIL]} failed, "
+        f"{states[TrialState.RUNNING]} still running "
+        f"({time.monotonic() - started:.0f} s in this worker)"
+    )
+    if states[TrialState.COMPLETE]:
+        best = study.best_trial
+        run_dir = best.user_attrs.get("run_dir", "?")
+        tests = ", ".join(f"{k} {v:.4f}" for k, v in best.user_attrs.items() if k.startswith("test/"))
+        print(f"Best trial {best.number}: {sweep.metric} {best.value:.4f}" + (f" ({tests})" if tests else ""))
+        for key, value in best.params.items():
+            print(f"  {key} = {value}")
+        print(f"  run directory: {run_dir}")
+        print(f"  repeat it:     python -m proj fit --config {run_dir}/config.yaml")
+    print(f"Written into {folder}/: {', '.join(written)}")
+
+
+def write_table(trials: Sequence[FrozenTrial], path: Path) -> None:
+    """One row per trial: state, value, duration, its values, what it recorded (test metrics, run
+    directory, the step it was pruned at)."""
+    params = sorted({k for t in trials for k in t.params})
+    attrs = sorted({k for t in trials for k in t.user_attrs})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["number", "state", "value", "duration_s", *params, *attrs])
+        for t in trials:
+            duration = f"{t.duration.total_seconds():.1f}" if t.duration else ""
+            writer.writerow(
+                [t.number, t.state.name, "" if t.value is None else t.value, duration]
+                + [t.params.get(k, "") for k in params]
+                + [t.user_attrs.get(k, "") for k in attrs]
+            )
+
+
+def write_plots(study: optuna.Study, folder: Path) -> list[str]:
+    """Optuna's optimisation history and parameter importances as PNG files (importances need two
+    complete trials)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    written = []
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    for name, plot, needs in (
+        ("history.png", plots.plot_optimization_history, 1),
+        ("importance.png", plots.plot_param_importances, 2),
+    ):
+        if len(complete) < needs:
+            continue
+        try:
+            axes = plot(study)
+        except (RuntimeError, ValueError) as error:  # e.g. no variance: every complete trial alike
+            print(f"{name} not drawn: {error}")
+            continue
+        axes.figure.savefig(folder / name, dpi=120, bbox_inches="tight")
+        plt.close(axes.figure)
+        written.append(name)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> optuna.Study:
+    """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m proj sweep",
+        description="Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's "
+        "values as flags. Start the same command again, here or on other machines (with --storage), "
+        "to add workers or to resume.",
+    )
+    parser.add_argument(
+        "--config", required=True, help="the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
+    )
+    parser.add_argument(
+        "--storage",
+        help="the study's database URL (default: SQLite in runs/sweeps/<name>/study.db); "
+        "e.g. postgresql://user@host/db for workers on several machines",
+    )
+    parser.add_argument("--n_trials", type=int, help="trials to finish, overriding the config's n_trials")
+    args = parser.parse_args(argv)
+    try:
+        sweep = load_sweep(args.config)
+        if args.n_trials is not None and args.n_trials < 1:
+            raise SweepConfigError(f"--n_trials {args.n_trials}: give a positive number of trials")
+        sweep.folder.mkdir(parents=True, exist_ok=True)
+        storage_url = args.storage or default_storage(sweep)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module prints one line per trial
+        started = time.monotonic()
+        shown = make_url(storage_url).render_as_string(hide_password=True)  # logs keep no password
+        print(f"Sweep '{sweep.name}': study in {shown}, trials under {sweep.folder}/", flush=True)
+        study = run_worker(sweep, storage_url, args.n_trials or sweep.n_trials)
+    except SweepConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("Interrupted: the running trial is marked failed. Start the same command again to continue.")
+        raise SystemExit(130) from None
+    write_results(study, sweep, started)
+    return study

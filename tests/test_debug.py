@@ -1,0 +1,38 @@
+"""The debug overlays of configs/debug/ do what their names say, and write nothing outside runs/."""
+
+from __future__ import annotations
+
+import csv
+
+from conftest import fit
+
+
+def logged(run, name: str) -> list[float]:
+    with open(run / "metrics.csv", newline="") as f:
+        return [float(row[name]) for row in csv.DictReader(f) if row.get(name)]
+
+
+def test_overfit_drives_the_training_loss_near_zero(workdir):
+    cli = fit("digits.yaml", "debug/overfit.yaml", extra=("--trainer.enable_progress_bar=false",))
+    run = workdir / "runs" / "digits" / "version_0"
+    losses = logged(run, "train/loss")
+    assert cli.trainer.global_step == 100 and len(losses) == 10
+    assert losses[0] > 1.0 and losses[-1] < 0.05, losses
+    assert "test/loss" not in cli.trainer.callback_metrics  # no test after fitting one batch
+    assert sorted(p.name for p in workdir.iterdir()) == ["runs"]
+
+
+def test_limit_runs_a_few_batches_and_profile_writes_its_report_into_the_run(workdir):
+    cli = fit(
+        "digits.yaml",
+        "debug/limit.yaml",
+        "debug/profile.yaml",
+        extra=("--trainer.enable_progress_bar=false",),
+    )
+    run = workdir / "runs" / "digits" / "version_0"
+    assert cli.trainer.global_step == 8  # 2 epochs of 4 batches
+    assert len(logged(run, "val/loss")) == 2 and len(logged(run, "test/loss")) == 1
+    report = (run / "fit-profile.txt").read_text()
+    assert "run_training_epoch" in report and "Total time (s)" in report
+    assert (run / "test-profile.txt").is_file()
+    assert sorted(p.name for p in workdir.iterdir()) == ["runs"]

@@ -1,0 +1,222 @@
+"""`python -m proj sweep`: Optuna studies in SQLite shared by workers, pruning, resuming after a
+worker is killed mid-trial, the results a user reads, and sweep configs refused with the field and the fix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, config
+from proj.cli import main
+
+# Digits trials of a few seconds: no warmup, so that a good learning rate is good from the first step.
+QUICK = [
+    "--trainer.enable_progress_bar=false",
+    "--trainer.limit_test_batches=1",
+    "--model.init_args.scheduler.init_args.warmup_steps=0",
+]
+LR = "model.init_args.optimizer.init_args.lr"
+
+
+def write_sweep(path: Path, **fields) -> Path:
+    spec = {
+        "configs": [config("digits.yaml")],
+        "metric": "val/loss",
+        "direction": "minimize",
+        "n_trials": 2,
+        "space": {LR: {"type": "categorical", "choices": [1.0e-7, 1.0e-2]}},
+        **fields,
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def start_worker(sweep: Path, cwd: Path, log: str) -> subprocess.Popen:
+    """A sweep worker in a process group of its own (its trials join it), output to ``log``; the
+    tests' folder is on its path, so trials can import ``faults``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    with open(cwd / log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "proj", "sweep", "--config", str(sweep)],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def finish(worker: subprocess.Popen, cwd: Path, log: str, timeout: float = 400) -> str:
+    try:
+        code = worker.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        raise
+    output = (cwd / log).read_text()
+    assert code == 0, output
+    return output
+
+
+def load(name: str, workdir: Path):
+    import optuna
+
+    storage = f"sqlite:///{workdir / 'runs' / 'sweeps' / name / 'study.db'}"
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+@pytest.mark.slow
+def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdir):
+    import optuna
+    from optuna.trial import TrialState
+
+    sweep = write_sweep(
+        workdir / "four.yaml",
+        flags=[*QUICK, "--trainer.max_epochs=2"],
+        n_trials=4,
+        # Deterministic whichever worker runs what: a trial still above 1.5 at a validation is pruned,
+        # which a learning rate of 1e-7 always is (the loss stays at ln 10 = 2.30) and 1e-2 never.
+        pruner={"class_path": "ThresholdPruner", "init_args": {"upper": 1.5}},
+    )
+    # Each worker's first trial is one of these: at least one pruned, at least one complete.
+    (workdir / "runs" / "sweeps" / "four").mkdir(parents=True)
+    study = optuna.create_study(
+        study_name="four", storage=f"sqlite:///{workdir / 'runs/sweeps/four/study.db'}", direction="minimize"
+    )
+    study.enqueue_trial({LR: 1.0e-7})
+    study.enqueue_trial({LR: 1.0e-2})
+
+    workers = [start_worker(sweep, workdir, f"worker{i}.log") for i in range(2)]
+    outputs = [finish(worker, workdir, f"worker{i}.log") for i, worker in enumerate(workers)]
+
+    study = load("four", workdir)
+    states = [t.state for t in study.trials]
+    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 4, states
+    assert TrialState.PRUNED in states and TrialState.RUNNING not in states
+    assert len({t.user_attrs["worker"] for t in study.trials}) == 2  # both workers ran trials
+    for trial in study.trials:
+        assert (trial.state == TrialState.PRUNED) == (trial.params[LR] == 1.0e-7), trial
+        if trial.state == TrialState.PRUNED:  # stopped at its first validation, as it was logged
+            assert list(trial.intermediate_values) == [21] == [trial.user_attrs["pruned_at_step"]]
+            assert trial.intermediate_values[21] > 1.5
+
+    best = study.best_trial
+    run = Path(best.user_attrs["run_dir"])
+    assert run == Path("runs/sweeps/four") / f"trial_{best.number}" / "version_0" and run.is_dir()
+    assert any(f"Best trial {best.number}: val/loss {best.value:.4f}" in out for out in outputs)
+    assert f"python -m proj fit --config {run}/config.yaml" in "".join(outputs)
+    for name in ("trials.csv", "history.png"):
+        assert (workdir / "runs" / "sweeps" / "four" / name).stat().st_size > 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == best.params[LR]
+    assert "OptunaPruning" not in (run / "config.yaml").read_text()  # it would report again
+
+    # Its config.yaml alone repeats it, beside it, and the study is left as it was.
+    repeat = main(["fit", "--config", str(run / "config.yaml")])
+    assert repeat.trainer.logger.log_dir == str(run.parent / "version_1")
+    assert float(repeat.trainer.checkpoint_callback.best_model_score) == pytest.approx(best.value, abs=1e-4)
+    assert len(load("four", workdir).trials) == len(study.trials)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+    from optuna.trial import TrialState
+
+    started = workdir / "past_step_25"
+    touch = ["--trainer.callbacks+=faults.TouchAtStep", "--trainer.callbacks.init_args.step=25"]
+    sweep = write_sweep(
+        workdir / "killed.yaml",
+        flags=[*QUICK, "--trainer.max_epochs=6", *touch, f"--trainer.callbacks.init_args.path={started}"],
+        space={LR: {"type": "float", "low": 1.0e-3, "high": 1.0e-2, "log": True}},
+    )
+    worker = start_worker(sweep, workdir, "first.log")
+    deadline = time.monotonic() + 300
+    while not started.exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), (workdir / "first.log").read_text()
+    os.killpg(worker.pid, signal.SIGKILL)  # the worker and its trial, mid-epoch 2
+    worker.wait()
+    (interrupted,) = load("killed", workdir).trials
+    assert interrupted.state == TrialState.RUNNING and interrupted.intermediate_values  # it had validated
+
+    output = finish(start_worker(sweep, workdir, "second.log"), workdir, "second.log")
+    trials = load("killed", workdir).trials
+    assert trials[0].state == TrialState.FAIL  # marked failed at once: its worker's process is gone
+    assert f"trial 0: its worker (PID {worker.pid}) is gone" in output
+    assert [t.state for t in trials[1:]] == [TrialState.COMPLETE] * 2
+    # The interrupted trial's values are tried again first.
+    assert RetryHeartbeatStaleTrialCallback.retried_trial_number(trials[1]) == 0
+    assert trials[1].params == interrupted.params
+
+
+def sweep_error(path: Path, capsys) -> str:
+    from proj.sweep import main as sweep
+
+    with pytest.raises(SystemExit) as exit_info:
+        sweep(["--config", str(path)])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"configs": None}, r"configs: missing: list the experiment's config files"),
+        ({"configs": ["configs/nope.yaml"]}, r"configs: no file 'configs/nope.yaml'"),
+        ({"direction": "down"}, r"direction: 'down': write `minimize`"),
+        ({"n_trials": 0}, r"n_trials: '0': the number of trials to finish"),
+        ({"space": {LR: {"type": "loguniform", "low": 1, "high": 2}}}, rf"space.{LR}: unknown distribution "),
+        ({"space": {LR: {"type": "float", "low": "1e-4", "high": 0.1}}}, r"write 1.0e-4"),
+        (
+            {"space": {LR: {"type": "float", "low": 0.0, "high": 0.1, "log": True}}},
+            r"log scale needs low > 0",
+        ),
+        ({"space": {LR: {"type": "categorical", "choices": [[1, 2]]}}}, r"choices must be numbers"),
+        (
+            {"space": {LR: {"type": "float", "low": 0.1, "high": 1.0, "log": True, "step": 0.1}}},
+            r"takes no `step`",
+        ),
+        ({"sampler": {"class_path": "TPESamplr"}}, r"sampler.class_path: no class 'TPESamplr'.*TPESampler"),
+        (
+            {"pruner": {"class_path": "MedianPruner", "init_args": {"warmup": 3}}},
+            r"pruner.init_args: .*warmup",
+        ),
+        ({"metrics": "val/loss"}, r"metrics: unknown field"),
+    ],
+)
+def test_bad_sweep_configs_name_the_field_and_the_fix(fields, expected, workdir, capsys):
+    import re
+
+    err = sweep_error(write_sweep(workdir / "bad.yaml", **fields), capsys)
+    assert re.search(expected, err), err
+    assert not (workdir / "runs").exists()
+
+
+def test_a_wandb_spec_is_pointed_to_wandb(capsys):
+    assert "W&B sweep spec; run it with `wandb sweep" in sweep_error(
+        ROOT / "configs/sweeps/digits.yaml", capsys
+    )
+
+
+@pytest.mark.slow
+def test_a_key_the_cli_refuses_stops_the_sweep_at_its_first_trial(workdir):
+    sweep = write_sweep(
+        workdir / "typo.yaml",
+        space={"model.init_args.optimizer.init_args.lrr": {"type": "float", "low": 1.0e-3, "high": 1.0e-2}},
+    )
+    worker = start_worker(sweep, workdir, "typo.log")
+    assert worker.wait(timeout=300) == 2
+    output = (workdir / "typo.log").read_text()
+    assert "trial 0: the CLI refused its command" in output and "lrr" in output
