@@ -165,6 +165,13 @@ def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -
     return {split: len(indices) for split, indices in parts.items()}
 
 
+@pytest.fixture(autouse=True)
+def debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process commands raise a user error as it was raised (``PROJ_DEBUG=1``), so a test can
+    catch its type; test_bad_input.py turns it off to see what a user sees."""
+    monkeypatch.setenv("PROJ_DEBUG", "1")
+
+
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run in an empty folder, so runs/ and data/ land there."""

@@ -1,84 +1,151 @@
-"""More bad input, each refused before training with the field or file and the fix in the message.
-(Config keys, types, class paths, config files, datasets and checkpoints: see test_cli.py.)"""
+"""Bad input, row by row from ``bad_inputs.CASES``: each is refused (or, for a warning, said) with
+the field or file and the fix, exits with its code without a traceback, runs no code from a
+checkpoint, and leaves an earlier run's files as they were and no new run directory behind.
+README's FAQ quotes every row's message."""
 
 from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import config
+from bad_inputs import CASES, MARKER, QUICK, Case
+from conftest import ROOT, config
 from proj.cli import main
 
 
-def error_of(args: list[str], capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    return capsys.readouterr().err
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An earlier run, made once for the file: a tiny digits fit with its checkpoint."""
+    root = tmp_path_factory.mktemp("baseline")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        main(["fit", "--config", config("digits.yaml"), *QUICK, "--test_after_fit=false"])
+    return root / "runs"
 
 
-def test_yaml_syntax_error_names_file_and_line(workdir, capsys):
-    (workdir / "broken.yaml").write_text("trainer:\n  max_epochs: [3\n")
-    err = error_of(["fit", "--config", config("digits.yaml"), "--config", "broken.yaml"], capsys)
-    assert "--config broken.yaml: not valid YAML at line 3" in err and "Fix the syntax" in err
+def digests(runs: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(runs)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(runs.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
-@pytest.mark.parametrize("lr", ["0", "-0.001"])
-def test_non_positive_learning_rate_is_refused(lr, workdir):
-    with pytest.raises(
-        ValueError, match=r"model\.init_args\.optimizer: .*(learning rate is 0\.0|Invalid learning)"
-    ):
-        main(["--config", config("digits.yaml"), f"--model.init_args.optimizer.init_args.lr={lr}"], run=False)
+def run_dirs(runs: Path) -> set[str]:
+    return {str(p.relative_to(runs)) for p in runs.glob("*/*") if p.is_dir()}
 
 
-def test_bad_scheduler_setting_is_refused_when_the_model_is_built(workdir):
-    with pytest.raises(ValueError, match=r"model\.init_args\.scheduler: warmup_steps must be >= 0"):
-        main(
-            ["--config", config("digits.yaml"), "--model.init_args.scheduler.init_args.warmup_steps=-3"],
-            run=False,
-        )
+def run_case(case: Case, baseline: Path, workdir: Path, monkeypatch, capsys) -> str:
+    """``case`` in this process, after the baseline's runs are copied in; its output."""
+    runs = workdir / "runs"
+    shutil.copytree(baseline, runs)
+    ckpt = runs / "digits" / "version_0" / "checkpoints" / "last.ckpt"
+    if case.setup:
+        case.setup(workdir, ckpt)
+    before, dirs = digests(runs), run_dirs(runs)
+    monkeypatch.delenv("PROJ_DEBUG")
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if case.code == 0:
+            main(case.command(ckpt, workdir))
+        else:
+            with pytest.raises(SystemExit) as exit_info:
+                main(case.command(ckpt, workdir))
+            assert exit_info.value.code == case.code
+    captured = capsys.readouterr()
+    output = captured.out + captured.err + "\n".join(str(w.message) for w in caught)
+    assert not (workdir / MARKER).exists(), "a checkpoint's code ran"
+    after = digests(runs)
+    # A row that resumes a run of its own setup may write there; the baseline stays as it was.
+    kept = [name for name in before if not case.new_run or name.startswith("digits/")]
+    changed = [name for name in kept if after.get(name) != before[name]]
+    assert not changed, f"files of earlier runs changed or went: {changed}"
+    if case.code and not case.new_run:
+        assert run_dirs(runs) == dirs, "a refused command left a run directory"
+    return output
 
 
-def test_gpu_asked_for_on_a_machine_without_one(workdir, capsys):
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    err = error_of(["fit", "--config", config("digits.yaml"), "--config", config("trainer/gpu.yaml")], capsys)
-    assert "trainer.accelerator=gpu but no CUDA GPU is visible" in err and "cpu.yaml" in err
-
-
-def test_negative_gradient_clip_is_refused(workdir, capsys):
-    err = error_of(["fit", "--config", config("digits.yaml"), "--trainer.gradient_clip_val=-1"], capsys)
-    assert "trainer.gradient_clip_val=-1.0: must be positive" in err
+# `make test-fast` runs the first row of each kind; `make test` all of them.
+FIRST_OF_KIND = {case.kind: case for case in reversed(CASES) if not case.slow}
 
 
 @pytest.mark.parametrize(
-    ("flag", "message"),
+    "case",
     [
-        ("--data.val_fraction=1.5", r"data\.val_fraction must be in \(0, 1\)"),
-        ("--data.init_args.test_fraction=0", r"data\.test_fraction must be in \(0, 1\)"),
-        ("--data.num_workers=-1", r"data\.num_workers must be >= 0"),
+        pytest.param(
+            case,
+            id=f"{case.kind}: {case.name}",
+            marks=[] if FIRST_OF_KIND.get(case.kind) is case else [pytest.mark.slow],
+        )
+        for case in CASES
     ],
 )
-def test_data_settings_out_of_range_are_refused(flag, message, workdir):
-    with pytest.raises(ValueError, match=message):
-        main(["--config", config("digits.yaml"), flag], run=False)
+def test_bad_input(case: Case, baseline, workdir, monkeypatch, capsys):
+    if case.cpu_only and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    output = run_case(case, baseline, workdir, monkeypatch, capsys)
+    missing = [word for word in case.words if word not in output]
+    assert not missing, f"{missing} not in:\n{output[-3000:]}"
+    assert "Traceback" not in output
+    assert "Given value: Namespace" not in output
 
 
 @pytest.mark.slow
-def test_checkpoint_of_another_network_is_refused(workdir, capsys):
-    quick = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1",
-             "--test_after_fit=false", "--trainer.enable_progress_bar=false")  # fmt: skip
-    main(["fit", "--config", config("digits.yaml"), *quick])
-    saved = workdir / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
-    mlp = ["--model.init_args.net=proj.nets.MLP", f"--ckpt_path={saved}"]
-    err = error_of(["test", "--config", config("digits.yaml"), *mlp], capsys)
-    assert "holds a proj.nets.ConvNet but model.init_args.net is proj.nets.MLP" in err
-    assert "config.yaml" in err
+def test_full_disk_is_said_as_such(baseline, workdir, monkeypatch, capsys):
+    """torch's zip writer on a full disk says only ``enforce fail ... unexpected pos``."""
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 512 vs 402")
+
+    monkeypatch.setattr("proj.reliability.checkpoint_io.torch.save", full)
+    shutil.copytree(baseline, workdir / "runs")
+    monkeypatch.delenv("PROJ_DEBUG")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", config("digits.yaml"), *QUICK])
+    output = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "cannot write 'runs/digits/version_1/checkpoints/" in output and "no space left" in output
+    assert run_dirs(workdir / "runs") == {"digits/version_0"}
 
 
-def test_overlay_for_another_experiment_is_refused(workdir, capsys):
-    (workdir / "image_data.yaml").write_text("data:\n  class_path: proj.data.DigitsDataModule\n")
-    err = error_of(
-        ["fit", "--config", config("shakespeare_char_cpu.yaml"), "--config", "image_data.yaml"], capsys
+FAQ = re.search(r"## FAQ: errors you may meet\n(.*?)(?=\n## |\Z)", (ROOT / "README.md").read_text(), re.S)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{case.kind}: {case.name}" for case in CASES])
+def test_readme_faq_quotes_the_message(case: Case):
+    assert FAQ is not None and case.words[0] in FAQ.group(1), f"README's FAQ lacks `{case.words[0]}`"
+
+
+def python_m_proj(args: list[str], workdir: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "proj", *args],
+        cwd=workdir,
+        env={**os.environ, "PROJ_DEBUG": "", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert "proj.models.LanguageModel needs vocab, vocab_size" in err and "DigitsDataModule" in err
+
+
+@pytest.mark.slow
+def test_no_traceback_at_the_top_level_unless_asked(workdir):
+    """As a user runs it: one line of error and exit code 2, and PROJ_DEBUG=1 shows the traceback."""
+    args = ["fit", "--config", config("digits.yaml"), "--model.init_args.net.init_args.channels=[0]"]
+    plain = python_m_proj(args, workdir)
+    assert plain.returncode == 2, plain.stderr[-2000:]
+    assert "Traceback" not in plain.stderr and "net.channels must be" in plain.stderr
+    assert "PROJ_DEBUG=1 shows" in plain.stderr
+    debug = python_m_proj(args, workdir, PROJ_DEBUG="1")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "net.channels must be" in debug.stderr
+    assert not (workdir / "runs").exists() or not any((workdir / "runs").glob("*/*"))

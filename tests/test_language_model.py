@@ -184,7 +184,7 @@ def test_init_from_a_checkpoint_with_another_vocabulary_is_refused(tmp_path):
         r"only in the checkpoint: 'X', only in the data: 'S'.*same characters.*from scratch",
     ):
         tiny_model(init_from=str(tmp_path / "other.ckpt"))
-    with pytest.raises(FileNotFoundError, match=r"model\.init_from: no checkpoint file at 'nope\.ckpt'"):
+    with pytest.raises(ValueError, match=r"model\.init_from: no checkpoint file at 'nope\.ckpt'"):
         tiny_model(init_from="nope.ckpt")
 
 

@@ -8,10 +8,16 @@ config is written into the run's own directory, and ``fit`` can finish by testin
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import importlib
 import logging
+import os
+import pickle
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
@@ -28,10 +34,22 @@ from lightning.pytorch.cli import (
     LightningCLI,
 )
 from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
+from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities import rank_zero_info
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
-from proj.preflight import check_model_fits_data, check_trainer, check_yaml_syntax
+from proj.preflight import (
+    ConfigError,
+    check_config_files,
+    check_environment,
+    check_fits_model,
+    check_model_fits_data,
+    check_save_dir,
+    check_seed,
+    check_trainer,
+    check_weights_only,
+    read_weights,
+)
 from proj.runs import (
     RunConfigSaver,
     RunInUseError,
@@ -80,6 +98,30 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
     logging.getLogger(_name).addFilter(_NoTips())
 
 
+# Set to 1, a user error shows its traceback too (and is raised as it was), as for a bug.
+DEBUG_VARIABLE = "PROJ_DEBUG"
+# What the operating system says when the disk cannot take a file: said as such, not as a traceback.
+# (A save_dir that is no folder, or not writable, is refused before the run: preflight.check_save_dir.)
+DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_VARIABLE, "").lower() in ("1", "true", "yes")
+
+
+class ProjArgumentParser(LightningArgumentParser):
+    """Errors in what was typed, said in a few lines: the message without jsonargparse's dumps of
+    the whole parsed value (``Given value: Namespace(...)``, a screen long) or the usage of every
+    option, which ``--help`` shows."""
+
+    def error(self, message: str, ex: Exception | None = None) -> None:
+        if debugging() or not self.exit_on_error:
+            super().error(message, ex)
+        lines = [line for line in message.splitlines() if not line.strip().startswith("Given value")]
+        sys.stderr.write("error: " + "\n".join(lines) + "\n(--help lists the options.)\n")
+        raise SystemExit(2)
+
+
 class ProjCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
         self.config_files = config_paths(sys.argv[1:] if args is None else args)
@@ -89,6 +131,7 @@ class ProjCLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
+            parser_class=ProjArgumentParser,
             seed_everything_default=DEFAULT_SEED,
             trainer_defaults={
                 # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
@@ -143,14 +186,32 @@ class ProjCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        check_yaml_syntax(self.config_files, parser)
+        check_config_files(self.config_files, parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else self.config
         check_model_fits_data(config, parser)
+        check_seed(config, parser)
         if subcommand:
-            check_trainer(config.trainer, parser)
+            check_environment(self._subcommand_parsers[subcommand], subcommand)
+            check_trainer(config.trainer, parser, subcommand)
+            check_weights_only(config, parser)
+            check_save_dir(config, parser)
             resolve_checkpoint(config, subcommand, parser)
+
+    def instantiate_classes(self) -> None:
+        """Build the classes, turning a constructor's refusal into a ``ConfigError`` that names the
+        config key and class it came from (jsonargparse gives neither)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        try:
+            super().instantiate_classes()
+        except Exception as error:
+            if debugging() or isinstance(error, ConfigError):
+                raise
+            raise ConfigError(refusal(error, config)) from error
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path and Path(ckpt_path).is_file():
+            check_fits_model(read_weights(ckpt_path, "--ckpt_path"), self.model, "--ckpt_path", ckpt_path)
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
@@ -172,6 +233,7 @@ class ProjCLI(LightningCLI):
         io = config.get("checkpoint_io")
         if io is not None and type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = io
+        load_weights_only(trainer.strategy)
         return trainer
 
     def before_fit(self) -> None:
@@ -201,6 +263,57 @@ class ProjCLI(LightningCLI):
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
+def load_weights_only(strategy: Strategy) -> None:
+    """Every checkpoint Lightning loads for this command (``--ckpt_path`` including ``hpc``, the best
+    checkpoint ``test_after_fit`` follows, the tuners' own) is read with ``weights_only=True``,
+    whatever asks otherwise (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, a strategy's default), so a
+    crafted file cannot run code: this template's checkpoints hold plain values only. Wrapped on
+    the strategy, which every load goes through, whatever its checkpoint IO."""
+    load = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        try:
+            return load(checkpoint_path, weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise ConfigError(
+                f"checkpoint '{checkpoint_path}' holds pickled objects that `weights_only=True` refuses "
+                f"to load, so it was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written "
+                "by this template, whose hyperparameters are plain values."
+            ) from None
+
+    strategy.load_checkpoint = load_checkpoint
+
+
+def refusal(error: BaseException, config) -> str:
+    """What a constructor refused, as ``"<key> (<class path>): <its message>"`` for the class from the
+    config that raised it, found on the traceback of ``error`` or of the error it wraps (jsonargparse
+    wraps it in a dump of every subtype it tried). The key is left out when the message starts
+    with it already, and is unknown when no class of the config raised ``error``."""
+    classes = {}
+    for key in ("model", "model.init_args.net", "data"):
+        spec = config
+        for part in key.split("."):
+            spec = spec.get(part) if hasattr(spec, "get") else None
+        class_path = spec.get("class_path") if hasattr(spec, "get") else None
+        if class_path:
+            module, name = class_path.rsplit(".", 1)
+            with contextlib.suppress(ImportError, AttributeError):
+                classes[getattr(importlib.import_module(module), name)] = (key, class_path)
+    cause: BaseException | None = error
+    while cause is not None:
+        frame = cause.__traceback__
+        while frame is not None:
+            code = frame.tb_frame.f_code
+            built = frame.tb_frame.f_locals.get("self") if code.co_name == "__init__" else None
+            if type(built) in classes:
+                key, class_path = classes[type(built)]
+                named = str(cause).startswith((f"{key}.", f"{key}:"))
+                return str(cause) if named else f"{key} ({class_path}): {cause}"
+            frame = frame.tb_next
+        cause = cause.__cause__ or cause.__context__
+    return str(error)
+
+
 def defaults_for(subcommands: dict | None) -> dict:
     """``parser_kwargs`` under which each subcommand's parser (or, without subcommands, the one
     parser) reads configs/defaults.yaml before anything else."""
@@ -216,7 +329,7 @@ def defaults_for(subcommands: dict | None) -> dict:
 
 
 def config_paths(args: ArgsType) -> list[str]:
-    """The files a command line passes as ``--config``, in order."""
+    """The files (or, by mistake, folders) a command line passes as ``--config``, in order."""
     if not isinstance(args, (list, tuple)):
         return []
     paths = []
@@ -226,7 +339,7 @@ def config_paths(args: ArgsType) -> list[str]:
             paths.append(arg.split("=", 1)[1])
         elif before in ("--config", "-c") and isinstance(arg, str):
             paths.append(arg)
-    return [path for path in paths if Path(path).is_file()]
+    return [path for path in paths if Path(path).exists()]
 
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
@@ -236,6 +349,13 @@ def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
     except RunInUseError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+    except (ConfigError, OSError) as error:
+        message = user_error(error)
+        if message is None or debugging():
+            raise
+        RunLock.remove_new_runs()
+        print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
+        raise SystemExit(2) from None
     except RuntimeError as error:
         if not lost_a_peer(error):
             raise
@@ -251,6 +371,20 @@ def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
         # the process ("terminate called without an active exception") after a finished run.
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def user_error(error: BaseException) -> str | None:
+    """The message for an error in what the user gave (a setting, a file, a checkpoint) or a disk
+    that cannot take the run's files; None for anything else, which keeps its traceback."""
+    if isinstance(error, ConfigError):
+        return str(error)
+    if isinstance(error, OSError) and error.errno in DISK_ERRORS:
+        where = f"'{error.filename}'" if error.filename else "the run's files"
+        return (
+            f"cannot write {where}: {error.strerror or error}. Free disk space, or point "
+            "trainer.logger.init_args.save_dir at a writable folder with room."
+        )
+    return None
 
 
 def lost_a_peer(error: BaseException) -> bool:

@@ -45,6 +45,10 @@ class WarmupCosineLR(LRScheduler):
             raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
         if not 0.0 <= min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+        if not 0.0 <= warmup_start <= 1.0:
+            raise ValueError(f"warmup_start must be in [0, 1], got {warmup_start}")
+        if total_steps is not None and total_steps < 1:
+            raise ValueError(f"total_steps must be a positive integer or null (the run's), got {total_steps}")
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.min_lr_ratio = min_lr_ratio

@@ -4,25 +4,58 @@ and the fix beats a traceback from deep inside Lightning or a run that quietly d
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
 import pickle
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
+from jsonargparse._formatters import get_env_var
 from lightning.pytorch.cli import LightningArgumentParser
 
+# seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
+MAX_SEED = 2**32 - 1
 
-def check_yaml_syntax(paths: list[str], parser: LightningArgumentParser) -> None:
-    """Name the file and line of a YAML syntax error (jsonargparse reports "<unicode string>")."""
+
+class ConfigError(ValueError):
+    """A setting, file or checkpoint the user gave cannot work: the message names it and the fix.
+
+    ``proj.cli.main`` prints it without a traceback (``PROJ_DEBUG=1`` shows one), also when it is
+    found only once the run has started, such as a checkpoint that Lightning loads itself.
+    """
+
+
+def check_config_files(paths: list[str], parser: LightningArgumentParser) -> None:
+    """Each ``--config`` file must read as a YAML mapping of keys: name the file and what is wrong,
+    where jsonargparse reports "<unicode string>" or a bare ``Unexpected config``."""
     for path in paths:
+        if Path(path).is_dir():
+            parser.error(f"--config {path}: is a folder, not a config file. Pass a .yaml file in it.")
+        if not Path(path).is_file():
+            continue  # jsonargparse names a missing file, and takes inline YAML too
         try:
-            yaml.safe_load(Path(path).read_text())
+            config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as error:
+            parser.error(
+                f"--config {path}: not UTF-8 text ({error.reason} at byte {error.start}). Save it as UTF-8."
+            )
+        except OSError as error:
+            parser.error(f"--config {path}: cannot be read ({error.strerror}). Check its permissions.")
         except yaml.YAMLError as error:
             where = f" at line {error.problem_mark.line + 1}" if getattr(error, "problem_mark", None) else ""
             problem = getattr(error, "problem", None) or error
             parser.error(f"--config {path}: not valid YAML{where} ({problem}). Fix the syntax there.")
+        if config is None:
+            parser.error(f"--config {path}: the file is empty (or comments only). Add settings or drop it.")
+        if not isinstance(config, dict):
+            parser.error(
+                f"--config {path}: holds a YAML {type(config).__name__}, where a config is a mapping of "
+                "keys (`trainer:`, `model:`, `data:` ...). Write it as `key: value` lines."
+            )
 
 
 def check_model_fits_data(config, parser: LightningArgumentParser) -> None:
@@ -46,8 +79,46 @@ def _import(class_path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def check_trainer(trainer, parser: LightningArgumentParser) -> None:
-    """Catch trainer settings that Lightning accepts but that cannot work or silently misbehave."""
+def check_trainer(trainer, parser: LightningArgumentParser, subcommand: str) -> None:
+    """Catch trainer settings that Lightning accepts but that cannot work or silently misbehave,
+    or refuses only deep inside with a message that does not name the setting."""
+    integers = {
+        "accumulate_grad_batches": (1, "a positive integer"),
+        "max_epochs": (-1, "-1 (no limit), 0 or more"),
+        "max_steps": (-1, "-1 (no limit), 0 or more"),
+        "check_val_every_n_epoch": (1, "a positive integer or null"),
+        "log_every_n_steps": (0, "0 or more"),
+    }
+    for name, (least, allowed) in integers.items():
+        value = trainer.get(name)
+        if isinstance(value, int) and value < least:
+            parser.error(f"trainer.{name}={value}: must be {allowed}.")
+    devices = trainer.get("devices")
+    if isinstance(devices, str) and devices.lstrip("-").isdigit():  # "-3" arrives as a string
+        devices = int(devices)
+    if isinstance(devices, int) and (devices < -1 or devices == 0):
+        parser.error(f"trainer.devices={devices}: must be a positive count, -1 or auto (all of them).")
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        value = trainer.get(name)
+        # A float above 1 counts batches when whole (the command line gives 2 as 2.0).
+        fraction = isinstance(value, float) and not (0.0 <= value <= 1.0 or value.is_integer())
+        if fraction or (isinstance(value, (int, float)) and value < 0):
+            parser.error(
+                f"trainer.{name}={value}: must be a fraction of the batches in [0.0, 1.0] or a count >= 0."
+            )
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, (int, float)) and interval <= 0:
+        parser.error(
+            f"trainer.val_check_interval={interval}: must be a positive count of batches or fraction."
+        )
+    if subcommand == "fit":
+        for name in ("max_steps", "max_epochs", "limit_train_batches"):
+            if trainer.get(name) == 0:
+                parser.error(
+                    f"trainer.{name}={trainer.get(name)}: `fit` would train nothing and then test the "
+                    "weights it started with. Give it steps to train, or evaluate a checkpoint with "
+                    "`validate` or `test --ckpt_path ...`."
+                )
     accelerator, devices = trainer.get("accelerator"), trainer.get("devices")
     if accelerator in ("gpu", "cuda"):
         available = torch.cuda.device_count()
@@ -69,33 +140,134 @@ def check_trainer(trainer, parser: LightningArgumentParser) -> None:
         )
 
 
-def check_ckpt_path(ckpt_path: str, parser: LightningArgumentParser, config=None) -> dict:
-    """Refuse a missing, truncated, code-carrying or foreign checkpoint before anything is built."""
-    path = Path(ckpt_path)
-    if not path.is_file():
+def check_seed(config, parser: LightningArgumentParser) -> None:
+    """numpy takes seeds in [0, 2**32 - 1] and fails deep inside ``seed_everything`` otherwise."""
+    seed = config.get("seed_everything")
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= MAX_SEED:
         parser.error(
-            f"--ckpt_path: no checkpoint file at '{ckpt_path}'. Pass a .ckpt written by `fit` "
-            "(runs/<experiment>/<version>/checkpoints/) or 'last' / 'best'."
+            f"seed_everything={seed}: must be an integer from 0 to {MAX_SEED} (numpy's seed range), or "
+            "true for a random seed. Pick another seed."
+        )
+
+
+def check_environment(parser: LightningArgumentParser, subcommand: str) -> None:
+    """A ``PL_FIT__...`` variable that names no setting would be ignored without a word."""
+    known = {get_env_var(parser, action) for action in parser._actions}
+    prefix = f"PL_{subcommand.upper()}__"
+    for name in sorted(os.environ):
+        if name.startswith(prefix) and name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            parser.error(
+                f"environment variable {name} names no setting of `{subcommand}`, so it would be "
+                f"ignored.{hint} Fix its name or unset it."
+            )
+
+
+def check_weights_only(config, parser: LightningArgumentParser) -> None:
+    """Checkpoints load with ``weights_only=True`` always: no switch loads the code one may carry."""
+    if config.get("weights_only") is False:
+        parser.error(
+            "--weights_only=false: this template loads checkpoints with weights only, so that no "
+            "checkpoint can run code on this machine; its own checkpoints hold plain values. Drop the "
+            "flag. A foreign checkpoint you trust: load it in Python and save its state_dict."
+        )
+
+
+def check_save_dir(config, parser: LightningArgumentParser) -> None:
+    """The folder runs are written under must be (or be creatable as) a writable folder."""
+    logger = config.trainer.get("logger")
+    init_args = logger.get("init_args") if hasattr(logger, "get") else None
+    save_dir = (init_args or {}).get("save_dir") or config.trainer.get("default_root_dir")
+    if not save_dir or "://" in str(save_dir):
+        return
+    folder = Path(save_dir)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        parser.error(
+            f"trainer.logger.init_args.save_dir: '{save_dir}' is not a folder ('{existing}' is a file). "
+            "Point save_dir (or trainer.default_root_dir) at a folder."
+        )
+    if not os.access(existing, os.W_OK):
+        parser.error(
+            f"trainer.logger.init_args.save_dir: '{existing}' is not writable (a read-only disk or "
+            "folder?). Point save_dir at a folder you can write to."
+        )
+
+
+def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
+    """The checkpoint at ``path``, loaded with weights only (never code) and memory-mapped, refused
+    with ``field`` and the fix when it is missing, unreadable, carries code, holds no ``state_dict``
+    or holds non-finite weights (a diverged run's)."""
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"{field}: no checkpoint file at '{path}'. Pass a .ckpt written by `fit` "
+            f"(runs/<experiment>/<version>/checkpoints/){hint}."
         )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
-        parser.error(
-            f"--ckpt_path: '{ckpt_path}' holds pickled objects that `weights_only=True` refuses "
-            f"to load, so it was not loaded ({str(error).splitlines()[0]}). Use a checkpoint "
-            "written by this template, whose hyperparameters are plain values."
-        )
+        raise ConfigError(
+            f"{field}: '{path}' holds pickled objects that `weights_only=True` refuses to load, so it "
+            f"was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written by this template, "
+            "whose hyperparameters are plain values."
+        ) from None
     except (RuntimeError, zipfile.BadZipFile, EOFError, OSError) as error:
-        parser.error(
-            f"--ckpt_path: '{ckpt_path}' is not a readable checkpoint ({type(error).__name__}: "
+        raise ConfigError(
+            f"{field}: '{path}' is not a readable checkpoint ({type(error).__name__}: "
             f"{str(error).splitlines()[0]}). It may be truncated by an interrupted save: pick an "
             "earlier checkpoint from the same folder."
-        )
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        parser.error(
-            f"--ckpt_path: '{ckpt_path}' holds no state_dict, so it is no Lightning checkpoint. Pass a "
+        ) from None
+    state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict) or not isinstance(checkpoint.get("hyper_parameters", {}), dict):
+        raise ConfigError(
+            f"{field}: '{path}' holds no state_dict, so it is no Lightning checkpoint. Pass a "
             "checkpoint written by `fit` (runs/<experiment>/<version>/checkpoints/)."
         )
+    bad = [key for key, value in state.items() if diverged(value)]
+    if bad:
+        raise ConfigError(
+            f"{field}: '{path}' holds non-finite weights (nan or inf in {', '.join(bad[:3])}"
+            f"{' …' if len(bad) > 3 else ''}): the run that wrote it diverged. Use an earlier checkpoint."
+        )
+    return checkpoint
+
+
+def check_fits_model(checkpoint: dict, model: torch.nn.Module, field: str, path: str) -> None:
+    """The checkpoint's weights must have the shapes of the model the config builds: otherwise
+    ``load_state_dict`` fails mid-command with a screen of ``size mismatch`` lines."""
+    ours = model.state_dict()
+    saved = checkpoint["state_dict"]
+    missing = [key for key in ours if key not in saved]
+    wrong = [key for key in ours if key in saved and tuple(saved[key].shape) != tuple(ours[key].shape)]
+    if wrong or missing:
+        key = (wrong or missing)[0]
+        what = (
+            f"{key}: {tuple(saved[key].shape)} in the checkpoint, {tuple(ours[key].shape)} in the model"
+            if wrong
+            else f"{key} and {len(missing) - 1} more weight(s) missing from it"
+        )
+        raise ConfigError(
+            f"{field}: '{path}' does not fit this model ({what}): it was trained with other settings. "
+            "Use the config it was trained with (its run directory's config.yaml), or another checkpoint."
+        )
+
+
+def diverged(value: object) -> bool:
+    """Whether a saved tensor shows a diverged run: any nan, or an inf among weights. A single inf is
+    a metric's running best before its first value (``MaxMetric`` starts at -inf), not a weight."""
+    if not torch.is_tensor(value) or not value.is_floating_point():
+        return False
+    return bool(value.isnan().any() or (value.ndim > 0 and value.isinf().any()))
+
+
+def check_ckpt_path(ckpt_path: str, parser: LightningArgumentParser, config=None) -> dict:
+    """Refuse a missing, truncated, code-carrying, diverged or foreign checkpoint before anything
+    is built."""
+    try:
+        checkpoint = read_weights(ckpt_path, "--ckpt_path", " or 'last' / 'best'")
+    except ConfigError as error:
+        parser.error(str(error))
     if config is not None:
         check_same_model(checkpoint, config, ckpt_path, parser)
     return checkpoint

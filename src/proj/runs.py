@@ -13,6 +13,7 @@ import csv
 import fcntl
 import importlib
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -179,12 +180,16 @@ class RunLock:
     """
 
     _held: ClassVar[dict[Path, int]] = {}
+    # The run directories this process made: a command refused once it started leaves none behind.
+    _created: ClassVar[set[Path]] = set()
 
     @classmethod
     def acquire(cls, run: Path) -> None:
         run = run.resolve()
         if run in cls._held:
             return
+        if not run.exists():
+            cls._created.add(run)
         run.mkdir(parents=True, exist_ok=True)
         fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -206,6 +211,16 @@ class RunLock:
         for fd in cls._held.values():
             os.close(fd)
         cls._held.clear()
+        cls._created.clear()
+
+    @classmethod
+    def remove_new_runs(cls) -> None:
+        """Delete the run directories this process made, unless a checkpoint was saved there: for a
+        command refused after it started, so that a fixed rerun gets the same version number."""
+        for run in cls._created:
+            if not any(run.glob("checkpoints/*.ckpt")):
+                shutil.rmtree(run, ignore_errors=True)
+        cls._created.clear()
 
 
 def remove_stale_temporaries(run: Path) -> None:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms import v2
 
+from proj.data import checks
 from proj.data.image import adopt_network_normalisation, predict_files
 from proj.data.loaders import SplitLoaders
 from proj.reliability import TrainOrder
@@ -106,15 +107,12 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         predict_path: str | None = None,
     ) -> None:
         super().__init__()
-        if image_size < 1:
-            raise ValueError(f"data.image_size must be a positive integer, got {image_size}")
+        checks.positive("image_size", image_size)
         if channels not in (1, 3):
             raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {channels}")
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
-        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not 0.0 < value < 1.0:
-                raise ValueError(f"data.{name} must be in (0, 1), got {value}")
+        checks.loader_settings(batch_size, num_workers)
+        checks.fraction("val_fraction", val_fraction)
+        checks.fraction("test_fraction", test_fraction)
         if val_fraction + test_fraction >= 1.0:
             raise ValueError(
                 f"data.val_fraction + data.test_fraction must be below 1 to leave training images, got "
@@ -132,8 +130,6 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
                 f"mean {list(mean)}, std {list(std)}. With channels 1, e.g. --data.init_args.mean=[0.5] "
                 "--data.init_args.std=[0.25]."
             )
-        if num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         self.save_hyperparameters()
         self.root = Path(root)
         self.image_size = image_size

@@ -15,9 +15,11 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms.v2 import functional as TF
 
+from proj.data import checks
 from proj.data.augment import random_hflip, random_translate
 from proj.data.in_memory import TensorImageDataset
 from proj.data.loaders import SplitLoaders
+from proj.preflight import ConfigError
 from proj.reliability import TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -64,12 +66,8 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
         predict_path: str | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
-        if num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        checks.loader_settings(batch_size, num_workers)
+        checks.fraction("val_fraction", val_fraction)
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
         self.batch_size = batch_size
@@ -167,7 +165,7 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
             with Image.open(path) as image:
                 x = unit_intensities(image, grey=channels == 1)
         except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError
-            raise ValueError(
+            raise ConfigError(
                 f"data.predict_path: '{path}' is not a readable image ({error}). Convert it to PNG or "
                 "JPEG, or move it out of the folder."
             ) from error
@@ -183,13 +181,13 @@ def predict_files(folder: Path) -> list[Path]:
     refused with the field and the fix when there is no such folder or it holds none."""
     fix = "point data.init_args.predict_path at a folder of image files"
     if not folder.is_dir():
-        raise FileNotFoundError(
+        raise ConfigError(
             f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
             "(PNG, JPEG, …), or leave it unset to predict on the test split."
         )
     paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     if not paths:
-        raise ValueError(
+        raise ConfigError(
             f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "
             f"images to classify directly in it, or {fix}."
         )
@@ -255,8 +253,7 @@ class DigitsDataModule(ImageDataModule):
         pin_memory: bool = False,
         predict_path: str | None = None,
     ) -> None:
-        if not 0.0 < test_fraction < 1.0:
-            raise ValueError(f"data.test_fraction must be in (0, 1), got {test_fraction}")
+        checks.fraction("test_fraction", test_fraction)
         self.test_fraction = test_fraction
         super().__init__(
             data_dir, batch_size, val_fraction, split_seed, augment, num_workers, pin_memory, predict_path

@@ -14,6 +14,7 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
+from proj.data import checks
 from proj.data.loaders import SplitLoaders
 from proj.reliability import TrainOrder
 
@@ -118,16 +119,22 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         predict_prompts: Sequence[str] = ("\n",),
     ) -> None:
         super().__init__()
-        if block_size < 1:
-            raise ValueError(f"data.block_size must be a positive integer, got {block_size}")
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size must be a positive integer, got {batch_size}")
-        if not 0.0 < train_fraction < 1.0:
-            raise ValueError(f"data.train_fraction must be in (0, 1), got {train_fraction}")
-        if val_windows is not None and val_windows < 1:
-            raise ValueError(f"data.val_windows must be a positive integer or null (all), got {val_windows}")
-        if num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        checks.positive("block_size", block_size)
+        checks.loader_settings(batch_size, num_workers)
+        checks.fraction("train_fraction", train_fraction)
+        if val_windows is not None:
+            checks.positive("val_windows", val_windows, " or null (all)")
+        if isinstance(predict_prompts, str) or not predict_prompts:
+            raise ValueError(
+                f"data.predict_prompts is empty or a single string ({predict_prompts!r}): it takes a list "
+                """of prompts to continue, e.g. --data.init_args.predict_prompts='["ROMEO:"]'."""
+            )
+        for index, prompt in enumerate(predict_prompts):
+            if not prompt:
+                raise ValueError(
+                    f"data.predict_prompts[{index}] is empty: each prompt needs at least one character "
+                    "to continue, e.g. '\\n'."
+                )
         self.save_hyperparameters()
         self.path = Path(path)
         self.url = url
@@ -166,6 +173,11 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         return CharTokenizer(self.vocab)
 
     def prepare_data(self) -> None:
+        if self.path.is_dir():
+            raise ValueError(
+                f"data.path: '{self.path}' is a folder, not a text file. Point data.init_args.path at "
+                "the file itself (e.g. data/tinyshakespeare/input.txt)."
+            )
         if self.path.is_file():
             return
         if self.url is None:
@@ -187,6 +199,17 @@ class TextDataModule(SplitLoaders, LightningDataModule):
             ) from error
         if not text:
             raise ValueError(f"data.path: '{self.path}' is empty. Point data.init_args.path at a text file.")
+        if "\0" in text:
+            raise ValueError(
+                f"data.path: '{self.path}' holds NUL bytes (at character {text.index(chr(0))}), which no "
+                "text has: a binary file? Point data.init_args.path at a plain text file."
+            )
+        if len(set(text)) < 2:
+            raise ValueError(
+                f"data.path: '{self.path}' holds one distinct character ({text[0]!r}), so every next "
+                "character is certain and the model learns nothing (loss 0). Point data.init_args.path "
+                "at a real text."
+            )
         n_train = self.train_length(len(text))
         n_val = len(text) - n_train
         window = self.block_size + 1

@@ -59,6 +59,8 @@ class ImageClassifier(TaskModule):
         log_pictures: bool = True,
     ) -> None:
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"model.label_smoothing must be in [0, 1] (0: none), got {label_smoothing}")
         self.save_plain_hyperparameters()
         # What to show is no property of the weights, and a checkpoint's hyperparameters override
         # the command line, so it stays out: `test --model.init_args.log_pictures=false` works.

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -17,6 +16,7 @@ from proj.data.text import CharTokenizer
 from proj.logger_media import log_texts
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
+from proj.preflight import ConfigError, check_fits_model, read_weights
 
 GENERATION_SETTINGS = (
     "sample_prompt",
@@ -80,6 +80,7 @@ class LanguageModel(TaskModule):
         # hyperparameters override the command line, so they stay out for `predict` to set.
         self.remove_ignored_hparams(["init_from", *GENERATION_SETTINGS])
         self.tokenizer = CharTokenizer(vocab)
+        check_generation(sample_tokens, num_samples, predict_tokens, temperature, top_k)
         self.check_prompt(sample_prompt, "model.sample_prompt")
         self.sample_prompt = sample_prompt
         self.sample_tokens = sample_tokens
@@ -125,6 +126,9 @@ class LanguageModel(TaskModule):
         data_vocab = getattr(self.trainer.datamodule, "vocab", None)
         if isinstance(data_vocab, str):
             check_same_vocab(self.vocab, data_vocab)
+        if stage == "predict":
+            for index, prompt in enumerate(getattr(self.trainer.datamodule, "predict_prompts", ())):
+                self.check_prompt(prompt, f"data.predict_prompts[{index}]")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Under the CLI the vocabulary is linked from the data, so --ckpt_path on another text
@@ -167,11 +171,11 @@ class LanguageModel(TaskModule):
 
     def check_prompt(self, prompt: str, name: str = "prompt") -> None:
         if not prompt:
-            raise ValueError(f"{name} is empty: it needs at least one character to continue, e.g. '\\n'.")
+            raise ConfigError(f"{name} is empty: it needs at least one character to continue, e.g. '\\n'.")
         missing = self.tokenizer.unknown(prompt)
         if missing:
             shown = ", ".join(repr(c) for c in missing[:10])
-            raise ValueError(
+            raise ConfigError(
                 f"{name}: characters {shown} are not in the model's vocabulary of {len(self.vocab)} "
                 f"characters, which comes from its training text: {self.vocab[:100]!r}. "
                 "Use only characters of that text."
@@ -224,13 +228,8 @@ class LanguageModel(TaskModule):
     def load_weights(self, path: str) -> None:
         """Start from another run's weights, refusing one trained on different characters: its
         embedding rows would mean other characters than this data's."""
-        if not Path(path).is_file():
-            raise FileNotFoundError(
-                f"model.init_from: no checkpoint file at '{path}'. Pass a .ckpt written by `fit` "
-                "(runs/<experiment>/<version>/checkpoints/)."
-            )
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        theirs = checkpoint.get("hyper_parameters", {}).get("vocab")
+        checkpoint = read_weights(path, "model.init_from")
+        theirs = (checkpoint.get("hyper_parameters") or {}).get("vocab")
         if theirs != self.vocab:
             raise ValueError(
                 f"model.init_from: the vocabulary of '{path}' differs from the data's "
@@ -238,6 +237,7 @@ class LanguageModel(TaskModule):
                 "Fine-tune on the text the checkpoint was trained on (the same characters), or "
                 "train from scratch without init_from."
             )
+        check_fits_model(checkpoint, self, "model.init_from", path)
         self.load_state_dict(checkpoint["state_dict"])
 
     def freeze_parameters(self, patterns: Sequence[str]) -> None:
@@ -251,6 +251,28 @@ class LanguageModel(TaskModule):
                 )
             for name in matched:
                 self.get_parameter(name).requires_grad_(False)
+        if names and not any(p.requires_grad for p in self.parameters()):
+            raise ValueError(
+                f"model.freeze: the patterns match every parameter ({', '.join(map(repr, patterns))}), "
+                "so nothing would train. Freeze some layers only, e.g. '[\"net.transformer.wte.*\"]'."
+            )
+
+
+def check_generation(
+    sample_tokens: int, num_samples: int, predict_tokens: int, temperature: float, top_k: int | None
+) -> None:
+    """Refuse generation settings that would fail only when the first sample is drawn."""
+    for name, value in (
+        ("sample_tokens", sample_tokens),
+        ("num_samples", num_samples),
+        ("predict_tokens", predict_tokens),
+    ):
+        if value < 0:
+            raise ValueError(f"model.{name} must be >= 0, got {value}")
+    if temperature < 0:
+        raise ValueError(f"model.temperature must be >= 0 (0: the most likely character), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"model.top_k must be a positive integer or null (no cut), got {top_k}")
 
 
 def check_same_vocab(checkpoint_vocab: str, data_vocab: str) -> None:
@@ -259,7 +281,7 @@ def check_same_vocab(checkpoint_vocab: str, data_vocab: str) -> None:
     if checkpoint_vocab == data_vocab:
         return
     difference = vocab_difference(checkpoint_vocab, data_vocab)
-    raise ValueError(
+    raise ConfigError(
         f"The checkpoint's vocabulary differs from the data's ({difference}): "
         "a checkpoint only works on the characters it was trained on. Point data.init_args.path at "
         "the text the checkpoint was trained on, or train on this text without --ckpt_path."

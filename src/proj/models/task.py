@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
@@ -138,6 +139,8 @@ class TaskModule(LightningModule):
             self._built_for = (self.lr, total, self._warmup_steps)
             if math.isfinite(total):
                 scheduler.total_steps = int(total)
+        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps and not self.trainer.fast_dev_run:
+            warn_long_warmup(scheduler.warmup_steps, scheduler.total_steps)
         if isinstance(scheduler, ReduceLROnPlateau):
             config = {
                 "scheduler": scheduler,
@@ -202,6 +205,18 @@ def check_optimization(optimizer: OptimizerCallable, scheduler: LRSchedulerCalla
             scheduler(trial)
         except (ValueError, TypeError) as error:
             raise ValueError(f"model.init_args.scheduler: {error}. {fix}") from None
+
+
+def warn_long_warmup(warmup_steps: int, total_steps: int) -> None:
+    """A warmup as long as the run never reaches the configured rate: said, not refused, since a
+    short trial run (``fast_dev_run``, a few ``limit_train_batches``) keeps the schedule on purpose."""
+    if warmup_steps >= total_steps:
+        rank_zero_warn(
+            f"model.init_args.scheduler: warmup_steps={warmup_steps} is not shorter than the run's "
+            f"{total_steps} optimizer steps, so the learning rate never reaches its configured value and "
+            "never decays. Lower warmup_steps (--model.init_args.scheduler.init_args.warmup_steps) or "
+            "train longer."
+        )
 
 
 def _is_plain(value: object) -> bool:

@@ -21,6 +21,10 @@ class ConvNet(nn.Module):
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
+        if not channels or min(channels) < 1:
+            raise ValueError(
+                f"net.channels must be a non-empty list of positive widths, got {list(channels)}"
+            )
         in_channels, height, width = input_shape
         layers: list[nn.Module] = []
         size = min(height, width)

@@ -85,6 +85,9 @@ class GPT(nn.Module):
         activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
+        for name, value in (("block_size", block_size), ("n_layer", n_layer), ("n_head", n_head)):
+            if value < 1:
+                raise ValueError(f"net.{name} must be a positive integer, got {value}")
         if n_embd % n_head:
             raise ValueError(
                 f"net.n_embd ({n_embd}) must be divisible by net.n_head ({n_head}): each head gets "

@@ -18,6 +18,8 @@ class MLP(nn.Module):
         dropout: float = 0.1,
     ) -> None:
         super().__init__()
+        if hidden_sizes and min(hidden_sizes) < 1:
+            raise ValueError(f"net.hidden_sizes must be positive widths, got {list(hidden_sizes)}")
         layers: list[nn.Module] = [nn.Flatten()]
         width = prod(input_shape)
         for hidden in hidden_sizes:

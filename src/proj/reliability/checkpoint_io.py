@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             with open(temporary, "wb") as f:
-                torch.save(checkpoint, f)
+                try:
+                    torch.save(checkpoint, f)
+                except RuntimeError as error:  # torch's zip writer on a full disk: "unexpected pos"
+                    if not any(sign in str(error) for sign in ("unexpected pos", "failed writing")):
+                        raise
+                    first = str(error).splitlines()[0]
+                    raise OSError(errno.ENOSPC, f"no space left ({first})", str(target)) from error
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temporary, target)

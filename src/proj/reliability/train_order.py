@@ -12,6 +12,8 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from proj.preflight import ConfigError
+
 
 class ResumableSampler(DistributedSampler):
     """Shuffles each epoch with a generator seeded by ``seed + epoch`` and can start part-way.
@@ -159,7 +161,7 @@ class TrainOrder:
         if saved != now and not (self._resume_from or {}).get("epoch_done"):
             # Each process's position is counted in its own shard: with another number of
             # processes the rest of the epoch would be other samples than the interrupted run's.
-            raise ValueError(
+            raise ConfigError(
                 f"--ckpt_path: the checkpoint was written mid-epoch by a run of {saved} process(es), and "
                 f"this run has {now}. Resume it with the same number of processes (trainer.devices x "
                 f"trainer.num_nodes = {saved}, e.g. --trainer.devices={saved}), or resume from a "
