@@ -142,7 +142,8 @@ def run(command: Sequence[str], folder: Path, env: dict[str, str], clock: str) -
 
 
 def proj_command(experiment: str, folder: Path, corpus: Path, steps: int | None) -> list[str]:
-    command = [sys.executable, "-m", "proj", "fit", "--config", str(ROOT / "configs" / f"{experiment}.yaml")]
+    config = ROOT / "configs" / f"{experiment}.yaml"
+    command = [sys.executable, "-m", "proj", "fit", "--config", str(config)]
     command += [f"--trainer.logger.init_args.save_dir={folder}", f"--trainer.default_root_dir={folder}"]
     command += ["--trainer.callbacks+=end_to_end.PhaseTimer"]
     if experiment.startswith("shakespeare"):
