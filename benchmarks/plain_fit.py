@@ -1,5 +1,5 @@
-"""The plain PyTorch script ``end_to_end.py`` times ``proj fit`` against: the run a user would write by
-hand, with no Lightning imported, doing the work of the shipped config.
+"""The plain PyTorch script ``end_to_end.py`` times ``proj fit`` against: the run a user would
+write by hand, with no Lightning imported, doing the work of the shipped config.
 
 It reads the experiment's config (``configs/defaults.yaml`` under it, as the CLI does) for the
 recipe's numbers and trains the same network class from ``proj.nets`` with the same AdamW parameter
