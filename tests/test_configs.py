@@ -237,12 +237,7 @@ def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*command[4:-1], *args, "--print_config"])
     assert exit_info.value.code in (0, None)
-    printed = yaml.safe_load(capsys.readouterr().out)
-    for name, value in values.items():
-        node = printed
-        for key in name.split("."):
-            node = node[key]
-        assert node == pytest.approx(value), name
+    assert_printed(values, capsys)
 
 
 @pytest.mark.parametrize("sweep", OPTUNA_SWEEPS)
@@ -261,10 +256,16 @@ def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([*command[3:], "--print_config"])
     assert exit_info.value.code in (0, None)
+    printed = assert_printed(values, capsys)
+    assert printed["trainer"]["logger"]["init_args"]["save_dir"] == f"runs/sweeps/{spec.name}"
+
+
+def assert_printed(values: dict, capsys) -> dict:
+    """The config ``--print_config`` printed, checked to hold each dotted key's value."""
     printed = yaml.safe_load(capsys.readouterr().out)
     for name, value in values.items():
         node = printed
         for key in name.split("."):
             node = node[key]
         assert node == pytest.approx(value), name
-    assert printed["trainer"]["logger"]["init_args"]["save_dir"] == f"runs/sweeps/{spec.name}"
+    return printed
