@@ -20,8 +20,10 @@ from types import FrameType
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "proj"
-# Modules that run beside the step without changing what it computes: a reader may skip them.
-BESIDE_THE_STEP = ("callbacks/", "preflight.py", "runs.py", "reliability/")
+# Modules that run beside the step without changing what it computes: a reader may skip them. The
+# checks of what the user gave (preflight, data/checks) and how a refusal is reported (errors); the
+# run directory (runs); safety against kills and divergence (reliability); callbacks.
+BESIDE_THE_STEP = ("callbacks/", "data/checks.py", "errors.py", "preflight.py", "reliability/", "runs.py")
 
 
 def called_functions(config: str) -> set[tuple[str, int, str]]:

@@ -15,8 +15,8 @@ from conftest import TINY_FIT, config
 from proj.cli import main
 from proj.data import DigitsDataModule
 from proj.models import ImageClassifier
-from proj.models.image_classifier import warn_if_normalised_otherwise
 from proj.nets import TorchvisionNet
+from proj.preflight import warn_if_normalised_otherwise
 
 RESNET18 = (
     "--model.init_args.net=proj.nets.TorchvisionNet",

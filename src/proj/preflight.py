@@ -1,5 +1,10 @@
-"""Checks of what the user typed, made before anything is built: a message that names the field
-and the fix beats a traceback from deep inside Lightning or a run that quietly does the wrong thing.
+"""Checks of what the user typed, made before anything trains: a message that names the field and
+the fix beats a traceback from deep inside Lightning or a run that quietly does the wrong thing.
+
+Most run on the parsed config before anything is built; the rest where their facts first exist
+(``check_optimization`` in the model's constructor, ``warn_long_warmup`` once the run's steps are
+known). None of them changes what a training step computes: a reader following the step may skip
+this module.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any
 import torch
 import yaml
 from jsonargparse._formatters import get_env_var
-from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.cli import LightningArgumentParser, LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
@@ -27,6 +33,16 @@ class ConfigError(ValueError):
     ``proj.cli.main`` prints it without a traceback (``PROJ_DEBUG=1`` shows one), also when it is
     found only once the run has started, such as a checkpoint that Lightning loads itself.
     """
+
+
+def check_defaults(path: Path) -> None:
+    """The CLI reads the defaults from the repository's configs/ folder: say so when they are missing."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: the defaults every experiment starts from are missing. The CLI reads them "
+            "from the repository's configs/ folder: run it from the checkout, installed in place "
+            "(`make install`), and restore configs/defaults.yaml from git if it was deleted."
+        )
 
 
 def check_config_files(paths: list[str], parser: LightningArgumentParser) -> None:
@@ -253,6 +269,12 @@ def check_fits_model(checkpoint: dict, model: torch.nn.Module, field: str, path:
         )
 
 
+def check_checkpoint_fits(ckpt_path: str | None, model: torch.nn.Module) -> None:
+    """``--ckpt_path``'s weights must fit the model the config built (``check_fits_model``)."""
+    if ckpt_path and Path(ckpt_path).is_file():
+        check_fits_model(read_weights(ckpt_path, "--ckpt_path"), model, "--ckpt_path", ckpt_path)
+
+
 def diverged(value: object) -> bool:
     """Whether a saved tensor shows a diverged run: any nan, or an inf among weights. A single inf is
     a metric's running best before its first value (``MaxMetric`` starts at -inf), not a weight."""
@@ -287,3 +309,51 @@ def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: Lightning
                 f"--ckpt_path: '{ckpt_path}' holds a {was} but {field} is {now}. Use the config the "
                 "checkpoint was trained with (its run directory's config.yaml) or a checkpoint of this model."
             )
+
+
+def check_optimization(optimizer: OptimizerCallable, scheduler: LRSchedulerCallable | None) -> None:
+    """Build the optimizer and scheduler once on a stand-in parameter, so a bad setting (a negative
+    learning rate, a betas out of range) is refused when the model is built, before any data is
+    loaded, with the config field in the message."""
+    fix = "Fix its init_args in the config."
+    try:
+        trial = optimizer([torch.nn.Parameter(torch.zeros(1))])
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"model.init_args.optimizer: {error}. {fix}") from None
+    lr = trial.param_groups[0].get("lr")
+    if isinstance(lr, (int, float)) and lr <= 0:
+        raise ValueError(f"model.init_args.optimizer: the learning rate is {lr}; it must be positive. {fix}")
+    if scheduler is not None:
+        try:
+            scheduler(trial)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"model.init_args.scheduler: {error}. {fix}") from None
+
+
+def warn_long_warmup(warmup_steps: int, total_steps: int) -> None:
+    """A warmup as long as the run never reaches the configured rate: said, not refused, since a
+    short trial run (``fast_dev_run``, a few ``limit_train_batches``) keeps the schedule on purpose."""
+    if warmup_steps >= total_steps:
+        rank_zero_warn(
+            f"model.init_args.scheduler: warmup_steps={warmup_steps} is not shorter than the run's "
+            f"{total_steps} optimizer steps, so the learning rate never reaches its configured value and "
+            "never decays. Lower warmup_steps (--model.init_args.scheduler.init_args.warmup_steps) or "
+            "train longer."
+        )
+
+
+def warn_if_normalised_otherwise(net: torch.nn.Module, datamodule: object) -> None:
+    """Warn when a network's pretrained weights (``net.mean``, ``net.std``, as ``TorchvisionNet``
+    states them) expect another normalisation than the data module applies: nothing fails, the
+    weights merely see shifted inputs and fine-tuning starts further from what they learned."""
+    wanted = getattr(net, "mean", None), getattr(net, "std", None)
+    applied = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
+    if None in wanted or None in applied:
+        return
+    if tuple(map(tuple, wanted)) != tuple(map(tuple, applied)):
+        rank_zero_warn(
+            f"model.init_args.net: its pretrained weights expect images normalised with mean "
+            f"{wanted[0]} and std {wanted[1]}, but {type(datamodule).__name__} normalises with mean "
+            f"{applied[0]} and std {applied[1]}. Normalise the data with the network's mean and std "
+            "(a data module subclass that sets them does)."
+        )

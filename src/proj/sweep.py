@@ -42,10 +42,8 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-# The environment variable through which a worker tells its trial's `fit` which study and trial to
-# report to: JSON with storage, study, trial_id, metric and pruner (a config of its own would make the
-# saved config.yaml report to the study again when it is repeated).
-TRIAL_ENV = "PROJ_SWEEP_TRIAL"
+from proj import TRIAL_ENV
+
 SWEEPS_ROOT = Path("runs") / "sweeps"
 # A worker's heartbeat, written while its trial runs: another machine's worker fails a trial whose
 # heartbeat is older than the grace period (its worker died or lost the network).

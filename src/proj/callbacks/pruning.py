@@ -10,6 +10,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from proj import TRIAL_ENV
 from proj.runs import run_directory
 
 
@@ -31,9 +32,9 @@ class OptunaPruning(Callback):
 
     @classmethod
     def from_environment(cls) -> OptunaPruning | None:
-        """The callback of the trial a sweep started this process for (``proj.sweep.TRIAL_ENV``)."""
-        from proj.sweep import TRIAL_ENV
-
+        """The callback of the trial a sweep started this process for (``proj.TRIAL_ENV``; an
+        environment variable rather than a config, so that a trial's saved config.yaml repeats the
+        trial alone, without reporting to the study again)."""
         spec = os.environ.get(TRIAL_ENV)
         return cls(**json.loads(spec)) if spec else None
 

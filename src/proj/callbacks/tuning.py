@@ -110,6 +110,7 @@ class LearningRateFinder(_FreshRunsOnly, _LearningRateFinder):
         self.suggested_lr = suggest_lr(results["lr"], results["loss"])
         if self.apply and self.suggested_lr is not None:
             lightning_setattr(pl_module, "lr", self.suggested_lr)
+            trainer.strategy.setup_optimizers(trainer)  # built before this hook, with the old rate
         if trainer.is_global_zero:
             self.report(trainer, pl_module)
 
@@ -158,8 +159,8 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
     the rest of the schedule with it, applied or printed: the learning rate scales with the square
     root of the batch ratio, the rule for Adam-type optimizers (Malladi et al., 2022; linear
     scaling, Goyal et al., 2017, is for SGD and overshoots with AdamW at large ratios), and the
-    warmup keeps its number of samples. The cosine length follows the new number
-    of steps (``TaskModule.configure_optimizers``).
+    warmup keeps its number of samples. The optimizer and schedule are built again, so the
+    cosine's length follows the new number of steps (``TaskModule.configure_optimizers``).
 
     It searches once, at the start of ``fit`` (Lightning's searches again at the start of
     ``validate``, ``test`` and ``predict``, where the batch size changes nothing but the time),
@@ -218,6 +219,9 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
                 lightning_setattr(pl_module, "lr", lr)
                 if warmup is not None:
                     pl_module.warmup_steps = warmup
+                # Built before this hook, for the configured batch: the rate, the warmup and the
+                # cosine's length (the run's number of steps) all change with the size.
+                trainer.strategy.setup_optimizers(trainer)
         if size != fits:
             found = f"{fits} fits, capped at {size} so that an epoch keeps {self.min_steps_per_epoch} steps"
         else:

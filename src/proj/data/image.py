@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -212,16 +213,10 @@ def adopt_network_normalisation(datamodule: LightningDataModule) -> None:
     with pretrained weights): those weights were trained on images normalised so."""
     trainer = datamodule.trainer
     net = getattr(trainer.lightning_module, "net", None) if trainer is not None else None
-    mean, std = getattr(net, "mean", None), getattr(net, "std", None)
-    if (
-        mean is not None
-        and std is not None
-        and (tuple(mean), tuple(std)) != (datamodule.mean, datamodule.std)
-    ):
-        datamodule.mean, datamodule.std = tuple(mean), tuple(std)
-        rank_zero_info(
-            f"{type(datamodule).__name__}: normalising with the network's mean {mean} and std {std}"
-        )
+    stated = getattr(net, "mean", None), getattr(net, "std", None)
+    if None not in stated and tuple(map(tuple, stated)) != (datamodule.mean, datamodule.std):
+        datamodule.mean, datamodule.std = map(tuple, stated)
+        rank_zero_info(f"{type(datamodule).__name__}: normalising with the network's mean and std {stated}")
     if hasattr(datamodule, "_normalisation"):
         datamodule._normalisation.clear()
 
@@ -241,23 +236,11 @@ class DigitsDataModule(ImageDataModule):
     scale = 16.0
     augment_pad = 1
 
-    def __init__(
-        self,
-        data_dir: str = "data",
-        batch_size: int = 64,
-        val_fraction: float = 0.1,
-        test_fraction: float = 0.2,
-        split_seed: int = 12345,
-        augment: bool = False,
-        num_workers: int = 0,
-        pin_memory: bool = False,
-        predict_path: str | None = None,
-    ) -> None:
+    def __init__(self, test_fraction: float = 0.2, batch_size: int = 64, **kwargs: Any) -> None:
+        """``kwargs``: ``ImageDataModule``'s settings, which the CLI and ``--help`` list too."""
         checks.fraction("test_fraction", test_fraction)
         self.test_fraction = test_fraction
-        super().__init__(
-            data_dir, batch_size, val_fraction, split_seed, augment, num_workers, pin_memory, predict_path
-        )
+        super().__init__(batch_size=batch_size, **kwargs)
 
     def load(self, train: bool) -> Split:
         from sklearn.datasets import load_digits

@@ -22,14 +22,8 @@ def batched(dataset: Dataset) -> bool:
 def loader_options(dataset: Dataset, num_workers: int, pin_memory: bool) -> dict[str, Any]:
     """``DataLoader`` options for ``dataset``: a batched dataset returns its batch as it is
     (``keep_batch``), a per-item one gets Lightning's default collation."""
-    options: dict[str, Any] = {
-        "num_workers": num_workers,
-        "pin_memory": pin_memory,
-        "persistent_workers": num_workers > 0,
-    }
-    if batched(dataset):
-        options["collate_fn"] = keep_batch
-    return options
+    options = {"num_workers": num_workers, "pin_memory": pin_memory, "persistent_workers": num_workers > 0}
+    return {**options, "collate_fn": keep_batch} if batched(dataset) else options
 
 
 def eval_loader(

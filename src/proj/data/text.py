@@ -42,7 +42,7 @@ class CharTokenizer:
 
     def unknown(self, text: str) -> list[str]:
         """The characters of ``text`` outside the vocabulary, each once, in order of appearance."""
-        return list(dict.fromkeys(c for c in text if c not in self._index))
+        return [c for c in dict.fromkeys(text) if c not in self._index]
 
     def encode(self, text: str) -> torch.Tensor:
         missing = self.unknown(text)

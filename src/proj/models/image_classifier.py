@@ -7,7 +7,6 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_warn
 from matplotlib.figure import Figure
 from torch import nn
 from torch.nn import functional as F
@@ -18,6 +17,7 @@ from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_
 from proj.logger_media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
+from proj.preflight import warn_if_normalised_otherwise
 from proj.reliability import gather
 
 MISCLASSIFIED_SHOWN = 32
@@ -68,9 +68,9 @@ class ImageClassifier(TaskModule):
         self.log_pictures = log_pictures
         self.label_smoothing = label_smoothing
         metrics = self.configure_metrics()
-        self.train_metrics = metrics.clone(prefix="train/")
-        self.val_metrics = metrics.clone(prefix="val/")
-        self.test_metrics = metrics.clone(prefix="test/")
+        self.train_metrics, self.val_metrics, self.test_metrics = (
+            metrics.clone(prefix=f"{stage}/") for stage in ("train", "val", "test")
+        )
         # Kept in checkpoints, so a resumed run still knows the best accuracy from before.
         self.val_acc_best = MaxMetric()
         self.val_acc_best.persistent(True)
@@ -244,23 +244,6 @@ class ImageClassifier(TaskModule):
             figure = misclassified_figure(to_pixels(x), y, preds, classes)
             log_picture(self.loggers, f"{stage}/misclassified", figure, self.global_step)
         self._misclassified = []
-
-
-def warn_if_normalised_otherwise(net: nn.Module, datamodule: object) -> None:
-    """Warn when a network's pretrained weights (``net.mean``, ``net.std``, as ``TorchvisionNet``
-    states them) expect another normalisation than the data module applies: nothing fails, the
-    weights merely see shifted inputs and fine-tuning starts further from what they learned."""
-    wanted = getattr(net, "mean", None), getattr(net, "std", None)
-    applied = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
-    if None in wanted or None in applied:
-        return
-    if tuple(map(tuple, wanted)) != tuple(map(tuple, applied)):
-        rank_zero_warn(
-            f"model.init_args.net: its pretrained weights expect images normalised with mean "
-            f"{wanted[0]} and std {wanted[1]}, but {type(datamodule).__name__} normalises with mean "
-            f"{applied[0]} and std {applied[1]}. Normalise the data with the network's mean and std "
-            "(a data module subclass that sets them does)."
-        )
 
 
 def misclassified_figure(

@@ -9,11 +9,12 @@ from typing import Any, Literal
 import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from proj.optim import WarmupCosineLR, param_groups
+from proj.preflight import check_optimization, warn_long_warmup
+from proj.reliability import loads_weights_only
 
 
 class TaskModule(LightningModule):
@@ -41,7 +42,6 @@ class TaskModule(LightningModule):
         self.scheduler_monitor = scheduler_monitor
         self._lr: float | None = None
         self._warmup_steps: int | None = None
-        self._built_for: tuple[float, float | None, int | None] | None = None
         check_optimization(optimizer, scheduler)
         self.compiled = compile
         if compile:
@@ -80,7 +80,7 @@ class TaskModule(LightningModule):
         ``torch.load(weights_only=True)``; pass them again to ``load_from_checkpoint``.
         """
         self.save_hyperparameters(frame=inspect.currentframe().f_back)
-        self.remove_ignored_hparams([k for k, v in self.hparams.items() if not _is_plain(v)])
+        self.remove_ignored_hparams([k for k, v in self.hparams.items() if not loads_weights_only(v)])
 
     @property
     def lr(self) -> float:
@@ -128,39 +128,21 @@ class TaskModule(LightningModule):
         if self._lr is not None:
             groups = [{**group, "lr": self._lr} for group in groups]
         optimizer = self.optimizer(groups)
-        self._built_for = (self.lr, None, self._warmup_steps)
         if self.scheduler is None:
             return optimizer
         scheduler = self.scheduler(optimizer)
-        if isinstance(scheduler, WarmupCosineLR) and self._warmup_steps is not None:
-            scheduler.warmup_steps = self._warmup_steps
-        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
-            total = self.trainer.estimated_stepping_batches
-            self._built_for = (self.lr, total, self._warmup_steps)
-            if math.isfinite(total):
+        if isinstance(scheduler, WarmupCosineLR):
+            if self._warmup_steps is not None:
+                scheduler.warmup_steps = self._warmup_steps
+            total = self.trainer.estimated_stepping_batches if scheduler.total_steps is None else None
+            if total is not None and math.isfinite(total):
                 scheduler.total_steps = int(total)
-        if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps and not self.trainer.fast_dev_run:
-            warn_long_warmup(scheduler.warmup_steps, scheduler.total_steps)
-        if isinstance(scheduler, ReduceLROnPlateau):
-            config = {
-                "scheduler": scheduler,
-                "interval": "epoch",
-                "monitor": self.scheduler_monitor,
-            }
-        else:
-            config = {"scheduler": scheduler, "interval": self.scheduler_interval}
+            if scheduler.total_steps and not self.trainer.fast_dev_run:
+                warn_long_warmup(scheduler.warmup_steps, scheduler.total_steps)
+        # A plateau schedule steps on the epoch's monitored value; Lightning ignores `monitor` for others.
+        interval = "epoch" if isinstance(scheduler, ReduceLROnPlateau) else self.scheduler_interval
+        config = {"scheduler": scheduler, "interval": interval, "monitor": self.scheduler_monitor}
         return {"optimizer": optimizer, "lr_scheduler": config}
-
-    def on_fit_start(self) -> None:
-        # Lightning's LearningRateFinder and BatchSizeFinder run in the callbacks' on_fit_start,
-        # after the optimizer and schedule were built: build them again with the rate, warmup and
-        # number of steps they set. A resumed run's optimizer state is restored after this hook.
-        if self._built_for is None:
-            return
-        lr, total, warmup = self._built_for
-        steps_changed = total is not None and total != self.trainer.estimated_stepping_batches
-        if lr != self.lr or warmup != self._warmup_steps or steps_changed:
-            self.trainer.strategy.setup_optimizers(self.trainer)
 
     def on_train_start(self) -> None:
         # Lightning leaves each module in the mode it was built in (and warns about any in eval
@@ -186,44 +168,3 @@ class TaskModule(LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
-
-
-def check_optimization(optimizer: OptimizerCallable, scheduler: LRSchedulerCallable | None) -> None:
-    """Build the optimizer and scheduler once on a stand-in parameter, so a bad setting (a negative
-    learning rate, a betas out of range) is refused when the model is built, before any data is
-    loaded, with the config field in the message."""
-    fix = "Fix its init_args in the config."
-    try:
-        trial = optimizer([torch.nn.Parameter(torch.zeros(1))])
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"model.init_args.optimizer: {error}. {fix}") from None
-    lr = trial.param_groups[0].get("lr")
-    if isinstance(lr, (int, float)) and lr <= 0:
-        raise ValueError(f"model.init_args.optimizer: the learning rate is {lr}; it must be positive. {fix}")
-    if scheduler is not None:
-        try:
-            scheduler(trial)
-        except (ValueError, TypeError) as error:
-            raise ValueError(f"model.init_args.scheduler: {error}. {fix}") from None
-
-
-def warn_long_warmup(warmup_steps: int, total_steps: int) -> None:
-    """A warmup as long as the run never reaches the configured rate: said, not refused, since a
-    short trial run (``fast_dev_run``, a few ``limit_train_batches``) keeps the schedule on purpose."""
-    if warmup_steps >= total_steps:
-        rank_zero_warn(
-            f"model.init_args.scheduler: warmup_steps={warmup_steps} is not shorter than the run's "
-            f"{total_steps} optimizer steps, so the learning rate never reaches its configured value and "
-            "never decays. Lower warmup_steps (--model.init_args.scheduler.init_args.warmup_steps) or "
-            "train longer."
-        )
-
-
-def _is_plain(value: object) -> bool:
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
-    return False

@@ -5,6 +5,9 @@ piece                             guards against                               c
 ================================  ===========================================  ======================
 ``LastCheckpoint``                a killed run losing more than a few steps    ``last_checkpoint``
 ``AtomicCheckpointIO``            a kill mid-save leaving a truncated file     ``checkpoint_io``
+``load_weights_only``             a crafted checkpoint running code when it    always (the CLI's
+                                  is loaded (``loads_weights_only``: what a    ``guard_checkpoints``)
+                                  checkpoint's hyperparameters may hold)
 ``ExactResume``                   a resumed run drawing other random numbers   ``exact_resume``
                                   (dropout, augmentation) or repeating rows
                                   of ``metrics.csv``
@@ -24,7 +27,12 @@ checkpoint is loaded. Nothing here is needed to follow a training step; all of i
 run that is killed, preempted or diverges to lose nothing.
 """
 
-from proj.reliability.checkpoint_io import AtomicCheckpointIO
+from proj.reliability.checkpoint_io import (
+    AtomicCheckpointIO,
+    guard_checkpoints,
+    load_weights_only,
+    loads_weights_only,
+)
 from proj.reliability.divergence import DivergenceError, StopOnDivergence
 from proj.reliability.last_checkpoint import LastCheckpoint
 from proj.reliability.preemption import Preempted, Preemption
@@ -43,4 +51,7 @@ __all__ = [
     "StopOnDivergence",
     "TrainOrder",
     "gather",
+    "guard_checkpoints",
+    "load_weights_only",
+    "loads_weights_only",
 ]

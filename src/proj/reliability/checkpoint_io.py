@@ -1,14 +1,19 @@
-"""Checkpoint writing that never leaves a truncated file behind."""
+"""Checkpoints written without ever leaving a truncated file behind, and read without ever running
+code they might carry."""
 
 from __future__ import annotations
 
 import errno
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
+from lightning.pytorch.strategies import Strategy
+
+from proj.preflight import ConfigError
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -43,3 +48,46 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.fsync(folder)
         finally:
             os.close(folder)
+
+
+def guard_checkpoints(strategy: Strategy, io: CheckpointIO | None) -> None:
+    """Write this command's checkpoints with ``io`` (``checkpoint_io``, ``AtomicCheckpointIO`` by
+    default), but only in place of Lightning's default: a strategy's own (FSDP, DeepSpeed) or one
+    given in ``trainer.plugins`` is kept. Read every one with weights only (``load_weights_only``)."""
+    if io is not None and type(strategy.checkpoint_io) is TorchCheckpointIO:
+        strategy.checkpoint_io = io
+    load_weights_only(strategy)
+
+
+def load_weights_only(strategy: Strategy) -> None:
+    """Every checkpoint Lightning loads for this command (``--ckpt_path`` including ``hpc``, the best
+    checkpoint ``test_after_fit`` follows, the tuners' own) is read with ``weights_only=True``,
+    whatever asks otherwise (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, a strategy's default), so a
+    crafted file cannot run code: this template's checkpoints hold plain values only. Wrapped on
+    the strategy, which every load goes through, whatever its checkpoint IO."""
+    load = strategy.load_checkpoint
+
+    def load_checkpoint(checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        try:
+            return load(checkpoint_path, weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise ConfigError(
+                f"checkpoint '{checkpoint_path}' holds pickled objects that `weights_only=True` refuses "
+                f"to load, so it was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written "
+                "by this template, whose hyperparameters are plain values."
+            ) from None
+
+    strategy.load_checkpoint = load_checkpoint
+
+
+def loads_weights_only(value: object) -> bool:
+    """Whether a hyperparameter is plain data (numbers, strings, lists and mappings of them), which
+    ``torch.load(weights_only=True)`` reads back: a checkpoint holding only such values never
+    pickles code."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(loads_weights_only(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and loads_weights_only(v) for k, v in value.items())
+    return False
