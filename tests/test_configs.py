@@ -240,6 +240,7 @@ def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     assert_printed(values, capsys)
 
 
+@pytest.mark.slow  # the sweep's own tests (test_sweep.py) are slow too
 @pytest.mark.parametrize("sweep", OPTUNA_SWEEPS)
 def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     import optuna

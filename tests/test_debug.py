@@ -25,6 +25,7 @@ def test_overfit_drives_the_training_loss_near_zero(workdir):
     assert sorted(p.name for p in workdir.iterdir()) == ["runs"]
 
 
+@pytest.mark.slow
 def test_limit_runs_a_few_batches_and_profile_writes_its_report_into_the_run(workdir):
     cli = fit(
         "digits.yaml",

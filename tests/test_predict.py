@@ -103,6 +103,7 @@ def test_trained_digits_predictions_are_mostly_right(trained_checkpoint, workdir
     assert (preds == labels).float().mean() > 0.5
 
 
+@pytest.mark.slow
 def test_a_second_predict_into_the_same_run_writes_a_new_file(tiny_checkpoint, workdir):
     same_run = "--trainer.logger.init_args.version=7"
     first = written(predict_digits(tiny_checkpoint, same_run))

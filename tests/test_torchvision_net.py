@@ -91,6 +91,7 @@ def test_failed_download_names_the_url_and_the_cache(monkeypatch):
         TorchvisionNet("resnet18", 10, (3, 32, 32), weights="DEFAULT")
 
 
+@pytest.mark.slow
 def test_frozen_backbone_keeps_its_state_while_the_head_learns_and_checkpoints_round_trip(workdir):
     freeze = "--model.init_args.net.init_args.freeze_backbone=true"
     cli = main(["--config", config("digits.yaml"), *RESNET18, freeze, *TINY_FIT], run=False)

@@ -84,7 +84,8 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
 
 class ProjCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
-        self.config_files = config_paths(sys.argv[1:] if args is None else args)
+        self.command_line = sys.argv[1:] if args is None else args
+        self.config_files = config_paths(self.command_line)
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -104,6 +105,14 @@ class ProjCLI(LightningCLI):
             args=args,
             run=run,
         )
+
+    def subcommands(self) -> dict[str, set[str]]:
+        """Only the subcommand the command line starts with, when it starts with one: building a
+        subcommand's parser reads every class signature it may take (a tenth of a second each), and
+        a command runs one. ``--help``, a misspelt subcommand or an option first get them all."""
+        every = LightningCLI.subcommands()
+        first = self.command_line[0] if isinstance(self.command_line, (list, tuple)) else None
+        return {first: every[first]} if first in every else every
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():

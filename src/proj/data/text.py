@@ -9,6 +9,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
@@ -36,6 +37,9 @@ class CharTokenizer:
             raise ValueError("vocab must not repeat a character")
         self.vocab = vocab
         self._index = {c: i for i, c in enumerate(vocab)}
+        # Code point -> token id, so a whole text is encoded by one indexing operation.
+        self._table = torch.zeros(max(map(ord, vocab), default=0) + 1, dtype=torch.long)
+        self._table[[ord(c) for c in vocab]] = torch.arange(len(vocab))
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -48,7 +52,8 @@ class CharTokenizer:
         missing = self.unknown(text)
         if missing:
             raise ValueError(f"characters outside the vocabulary: {_show(missing)}")
-        return torch.tensor([self._index[c] for c in text], dtype=torch.long)
+        code_points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        return self._table[torch.from_numpy(code_points)]
 
     def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
         if isinstance(ids, torch.Tensor):
