@@ -133,3 +133,15 @@ def test_wandb_runs_each_get_their_own_config(workdir, monkeypatch):
         assert (run / "checkpoints" / "last.ckpt").is_file()
     written = [p for p in workdir.rglob("*") if p.is_file()]
     assert written and not any(b"secret-key-that" in p.read_bytes() for p in written)
+
+
+@pytest.mark.parametrize("args", [[], ["fitt", "--config", "x.yaml"]], ids=["none", "misspelt"])
+def test_a_command_line_that_names_no_subcommand_is_told_the_four(args, capsys, monkeypatch):
+    # The CLI builds only the parser of the subcommand a command line starts with: without one
+    # (or with a misspelt one) the user still learns every choice, in one line, as jsonargparse says it.
+    monkeypatch.delenv("PROJ_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(name in err for name in ("validate", "test", "predict")), err

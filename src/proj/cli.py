@@ -111,8 +111,8 @@ class ProjCLI(LightningCLI):
         subcommand's parser reads every class signature it may take (a tenth of a second each), and
         a command runs one. ``--help``, a misspelt subcommand or an option first get them all."""
         every = LightningCLI.subcommands()
-        first = self.command_line[0] if isinstance(self.command_line, (list, tuple)) else None
-        return {first: every[first]} if first in every else every
+        first = self.command_line[:1] if isinstance(self.command_line, (list, tuple)) else []
+        return {name: every[name] for name in first if name in every} or every
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():

@@ -106,13 +106,9 @@ class ImageClassifier(TaskModule):
         predicted classes (storing an epoch of logits would cost memory with many classes), which
         torchmetrics' classification metrics accept alike. Keep ``acc``: ``val/acc_best`` reads it.
         """
-        num_classes = self.hparams.num_classes
-        return MetricCollection(
-            {
-                "acc": MulticlassAccuracy(num_classes, average="micro"),
-                "f1": MulticlassF1Score(num_classes, average="macro"),
-            }
-        )
+        accuracy = MulticlassAccuracy(self.hparams.num_classes, average="micro")
+        f1 = MulticlassF1Score(self.hparams.num_classes, average="macro")
+        return MetricCollection({"acc": accuracy, "f1": f1})
 
     def example_input(self) -> torch.Tensor | None:
         shape = getattr(self.trainer.datamodule, "input_shape", None)
