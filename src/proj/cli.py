@@ -150,7 +150,7 @@ class ProjCLI(LightningCLI):
         check_model_fits_data(config, parser)
         check_seed(config, parser)
         if subcommand:
-            check_environment(self._subcommand_parsers[subcommand], subcommand)
+            check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)

@@ -20,7 +20,12 @@ from typing import Any
 import torch
 import yaml
 from jsonargparse._formatters import get_env_var
-from lightning.pytorch.cli import LightningArgumentParser, LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.cli import (
+    LightningArgumentParser,
+    LightningCLI,
+    LRSchedulerCallable,
+    OptimizerCallable,
+)
 from lightning.pytorch.utilities import rank_zero_warn
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
@@ -166,8 +171,14 @@ def check_seed(config, parser: LightningArgumentParser) -> None:
         )
 
 
-def check_environment(parser: LightningArgumentParser, subcommand: str) -> None:
-    """A ``PL_FIT__...`` variable that names no setting would be ignored without a word."""
+def check_environment(cli: LightningCLI, subcommand: str) -> None:
+    """A ``PL_FIT__...`` variable that names no setting would be ignored without a word.
+
+    The names a subcommand reads come from private API, used here alone since neither library
+    exposes them: LightningCLI's ``_subcommand_parsers`` and jsonargparse's ``get_env_var``. The
+    misspelt-variable case of ``tests/test_bad_input.py`` fails if either changes.
+    """
+    parser = cli._subcommand_parsers[subcommand]
     known = {get_env_var(parser, action) for action in parser._actions}
     prefix = f"PL_{subcommand.upper()}__"
     for name in sorted(os.environ):
