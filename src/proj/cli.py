@@ -29,10 +29,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from proj.callbacks import OptunaPruning, ValidateAtEnd
 from proj.errors import ShortErrorParser, named_refusals, reported_errors
 from proj.preflight import (
-    check_checkpoint_fits,
     check_config_files,
     check_defaults,
     check_environment,
+    check_fits_model,
     check_model_fits_data,
     check_save_dir,
     check_seed,
@@ -149,18 +149,21 @@ class ProjCLI(LightningCLI):
         config = self.config[subcommand] if subcommand else self.config
         check_model_fits_data(config, parser)
         check_seed(config, parser)
+        self.checkpoint = None  # --ckpt_path's file, read once here for the checks
         if subcommand:
             check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
-            resolve_checkpoint(config, subcommand, parser)
+            self.checkpoint = resolve_checkpoint(config, subcommand, parser)
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         with named_refusals(config):
             super().instantiate_classes()
-        check_checkpoint_fits(config.get("ckpt_path"), self.model)
+        checkpoint, self.checkpoint = self.checkpoint, None
+        if checkpoint is not None:
+            check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

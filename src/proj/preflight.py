@@ -234,17 +234,28 @@ def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
-        raise ConfigError(
-            f"{field}: '{path}' holds pickled objects that `weights_only=True` refuses to load, so it "
-            f"was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written by this template, "
-            "whose hyperparameters are plain values."
-        ) from None
+        raise refused_pickle(f"{field}: '{path}'", error) from None
     except (RuntimeError, zipfile.BadZipFile, EOFError, OSError) as error:
         raise ConfigError(
             f"{field}: '{path}' is not a readable checkpoint ({type(error).__name__}: "
             f"{str(error).splitlines()[0]}). It may be truncated by an interrupted save: pick an "
             "earlier checkpoint from the same folder."
         ) from None
+    check_weights(checkpoint, field, path)
+    return checkpoint
+
+
+def refused_pickle(checkpoint: str, error: pickle.UnpicklingError) -> ConfigError:
+    """The refusal of a checkpoint (``checkpoint`` names it) that carries pickled objects: code."""
+    return ConfigError(
+        f"{checkpoint} holds pickled objects that `weights_only=True` refuses to load, so it was not "
+        f"loaded ({str(error).splitlines()[0]}). Use a checkpoint written by this template, whose "
+        "hyperparameters are plain values."
+    )
+
+
+def check_weights(checkpoint: object, field: str, path: str) -> None:
+    """A loaded checkpoint must be a Lightning one (a ``state_dict``) whose weights are finite."""
     state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict) or not isinstance(checkpoint.get("hyper_parameters", {}), dict):
         raise ConfigError(
@@ -257,7 +268,6 @@ def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
             f"{field}: '{path}' holds non-finite weights (nan or inf in {', '.join(bad[:3])}"
             f"{' …' if len(bad) > 3 else ''}): the run that wrote it diverged. Use an earlier checkpoint."
         )
-    return checkpoint
 
 
 def check_fits_model(checkpoint: dict, model: torch.nn.Module, field: str, path: str) -> None:
@@ -280,12 +290,6 @@ def check_fits_model(checkpoint: dict, model: torch.nn.Module, field: str, path:
         )
 
 
-def check_checkpoint_fits(ckpt_path: str | None, model: torch.nn.Module) -> None:
-    """``--ckpt_path``'s weights must fit the model the config built (``check_fits_model``)."""
-    if ckpt_path and Path(ckpt_path).is_file():
-        check_fits_model(read_weights(ckpt_path, "--ckpt_path"), model, "--ckpt_path", ckpt_path)
-
-
 def diverged(value: object) -> bool:
     """Whether a saved tensor shows a diverged run: any nan, or an inf among weights. A single inf is
     a metric's running best before its first value (``MaxMetric`` starts at -inf), not a weight."""
@@ -294,11 +298,16 @@ def diverged(value: object) -> bool:
     return bool(value.isnan().any() or (value.ndim > 0 and value.isinf().any()))
 
 
-def check_ckpt_path(ckpt_path: str, parser: LightningArgumentParser, config=None) -> dict:
+def check_ckpt_path(
+    ckpt_path: str, parser: LightningArgumentParser, config=None, checkpoint: dict | None = None
+) -> dict:
     """Refuse a missing, truncated, code-carrying, diverged or foreign checkpoint before anything
-    is built."""
+    is built. ``checkpoint``: the file, when it was read already (it is not read again)."""
     try:
-        checkpoint = read_weights(ckpt_path, "--ckpt_path", " or 'last' / 'best'")
+        if checkpoint is None:
+            checkpoint = read_weights(ckpt_path, "--ckpt_path", " or 'last' / 'best'")
+        else:
+            check_weights(checkpoint, "--ckpt_path", ckpt_path)
     except ConfigError as error:
         parser.error(str(error))
     if config is not None:

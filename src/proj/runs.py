@@ -26,7 +26,7 @@ from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.logger_media import upload_config, upload_config_to_mlflow
-from proj.preflight import check_ckpt_path, check_same_model
+from proj.preflight import check_ckpt_path
 
 METRICS_FILE = "metrics.csv"
 # metrics.csv is moved here while a command takes over its run directory, and written back from it:
@@ -312,9 +312,10 @@ def _number(text: str) -> int | float:
         return float(text)
 
 
-def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> None:
+def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
     """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
     checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
+    Returns the checkpoint as read for the checks (tensors memory-mapped), None when none is.
 
     ``last`` is the experiment's newest readable checkpoint over all its runs (``auto`` in ``fit``:
     the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
@@ -366,10 +367,8 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
                 )
             path, checkpoint = best, None
         config.ckpt_path = ckpt_path = str(path)
-    if checkpoint is None:
-        checkpoint = check_ckpt_path(ckpt_path, parser, config)
-    else:  # the newest checkpoint, read and found sound while searching: not read again
-        check_same_model(checkpoint, config, ckpt_path, parser)
+    # The newest checkpoint was read while searching: checked as read, not read again.
+    checkpoint = check_ckpt_path(ckpt_path, parser, config, checkpoint)
     if not evaluating and "optimizer_states" not in checkpoint:
         parser.error(
             f"--ckpt_path: '{ckpt_path}' holds weights only, no optimizer state, so `fit` cannot resume "
@@ -384,6 +383,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
+    return checkpoint
 
 
 def claim_run_directory(trainer: Trainer) -> None:

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.strategies import Strategy
 
-from proj.preflight import ConfigError
+from proj.preflight import refused_pickle
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -71,11 +71,7 @@ def load_weights_only(strategy: Strategy) -> None:
         try:
             return load(checkpoint_path, weights_only=True)
         except pickle.UnpicklingError as error:
-            raise ConfigError(
-                f"checkpoint '{checkpoint_path}' holds pickled objects that `weights_only=True` refuses "
-                f"to load, so it was not loaded ({str(error).splitlines()[0]}). Use a checkpoint written "
-                "by this template, whose hyperparameters are plain values."
-            ) from None
+            raise refused_pickle(f"checkpoint '{checkpoint_path}'", error) from None
 
     strategy.load_checkpoint = load_checkpoint
 
