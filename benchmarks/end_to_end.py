@@ -51,6 +51,7 @@ from typing import Any
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from common import cli_args, parser
 from plain_fit import Phases
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,12 +143,9 @@ def run(command: Sequence[str], folder: Path, env: dict[str, str], clock: str) -
 
 
 def proj_command(experiment: str, folder: Path, corpus: Path, steps: int | None) -> list[str]:
-    config = ROOT / "configs" / f"{experiment}.yaml"
-    command = [sys.executable, "-m", "proj", "fit", "--config", str(config)]
+    command = [sys.executable, "-m", "proj", "fit", *cli_args(experiment, str(corpus))]
     command += [f"--trainer.logger.init_args.save_dir={folder}", f"--trainer.default_root_dir={folder}"]
     command += ["--trainer.callbacks+=end_to_end.PhaseTimer"]
-    if experiment.startswith("shakespeare"):
-        command.append(f"--data.init_args.path={corpus}")
     return command + ([f"--trainer.max_steps={steps}"] if steps else [])
 
 
@@ -168,14 +166,12 @@ def environment(threads: int | None) -> dict[str, str]:
 
 def startup(args: argparse.Namespace, env: dict[str, str]) -> None:
     """Start-up of two commands that train nothing, against importing Lightning alone."""
-    config = str(ROOT / "configs" / "shakespeare_char_cpu.yaml")
+    fit = [sys.executable, "-m", "proj", "fit", *cli_args("shakespeare_char_cpu")]
     commands = {
         "import lightning.pytorch": [sys.executable, "-c", "import lightning.pytorch"],
         "python -m proj --help": [sys.executable, "-m", "proj", "--help"],
-        "python -m proj fit --config ... --print_config": [
-            sys.executable, "-m", "proj", "fit", "--config", config, "--print_config",
-        ],
-    }  # fmt: skip
+        "python -m proj fit --config ... --print_config": [*fit, "--print_config"],
+    }
     times: dict[str, list[float]] = {name: [] for name in commands}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(args.startup_rounds):
@@ -214,17 +210,14 @@ def benchmark(experiment: str, args: argparse.Namespace, env: dict[str, str]) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    formatter = argparse.RawDescriptionHelpFormatter
-    options = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
-    options.add_argument("--experiment", choices=[*EXPERIMENTS, "all"], default="all")
-    options.add_argument("--corpus", type=Path, default=CORPUS, help="Tiny Shakespeare's input.txt")
+    options = parser(__doc__, EXPERIMENTS)  # --experiment, --corpus, --threads (of both sides here)
     options.add_argument("--rounds", type=int, default=3, help="runs of each side, alternating")
     options.add_argument("--startup-rounds", type=int, default=5)
     options.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
-    options.add_argument("--threads", type=int, help="torch threads of both sides (default: torch's choice)")
     options.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = options.parse_args(argv)
-    args.corpus = args.corpus.resolve()
+    # The plain script needs the file itself: the one the config names, unless --corpus says otherwise.
+    args.corpus = Path(args.corpus or CORPUS).resolve()
     if args.clock == "cpu" and args.threads != 1:
         options.error("--clock cpu counts the CPU time of one working thread: pass --threads 1")
     env = environment(args.threads)
