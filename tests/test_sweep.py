@@ -75,6 +75,49 @@ def load(name: str, workdir: Path):
     return optuna.load_study(study_name=name, storage=storage)
 
 
+# A worker that opens the study, says so in a file ``ready_<pid>``, and once the file ``go`` exists asks
+# for 10 trials (Optuna's ask takes a queued trial first): the workers reach for the same trials at once.
+TAKE_QUEUED = """
+import json, os, pathlib, sys, time
+import optuna
+from proj.sweep import storage_for
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name="queue", storage=storage_for(sys.argv[1]))
+pathlib.Path(f"ready_{os.getpid()}").touch()
+while not pathlib.Path("go").exists():
+    time.sleep(0.01)
+print(json.dumps([study.ask()._trial_id for _ in range(10)]))
+"""
+
+
+@pytest.mark.slow
+def test_workers_sharing_a_sqlite_study_take_each_queued_trial_once(workdir):
+    """Queued trials (enqueued by a user, or a dead worker's retried) are taken by one worker each:
+    SQLite cannot lock the row a worker reads, and without the lock at begin these 4 workers were
+    given 32 to 36 distinct trials of their 40 in four tries."""
+    import json
+
+    import optuna
+
+    from proj.sweep import storage_for
+
+    url = f"sqlite:///{workdir / 'study.db'}"
+    study = optuna.create_study(study_name="queue", storage=storage_for(url))
+    for x in range(40):
+        study.enqueue_trial({"x": float(x)}, skip_if_exists=False)
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", TAKE_QUEUED, url], cwd=workdir, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    while len(list(workdir.glob("ready_*"))) < len(workers) and all(w.poll() is None for w in workers):
+        time.sleep(0.05)
+    (workdir / "go").touch()
+    taken = [trial_id for worker in workers for trial_id in json.loads(worker.communicate(timeout=120)[0])]
+    assert len(taken) == 40 and len(set(taken)) == 40, sorted(taken)
+
+
 @pytest.mark.slow
 def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdir):
     import optuna

@@ -40,7 +40,7 @@ from typing import Any
 import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 
 from proj import TRIAL_ENV
 
@@ -277,17 +277,18 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
     workers and their trials write to one file."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    sqlite = url.startswith("sqlite")
     attempt = 1
     while True:
         try:
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url,
-                engine_kwargs=engine_kwargs,
+                engine_kwargs={"connect_args": {"timeout": 60}} if sqlite else {},
                 heartbeat_interval=HEARTBEAT_INTERVAL_S,
                 grace_period=GRACE_PERIOD_S,
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
             )
+            break
         except SQLAlchemyError:
             # Workers started together on a new database race to create its tables; the loser finds
             # them made on its next try.
@@ -295,6 +296,31 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
                 raise
             time.sleep(attempt)
             attempt += 1
+    if sqlite:
+        lock_at_begin(storage.engine)
+    return storage
+
+
+def lock_at_begin(engine: Engine) -> None:
+    """Make each SQLite transaction take the database's write lock when it begins.
+
+    Optuna takes a queued trial (enqueued, or a retry of a dead worker's) by reading it as waiting and
+    then marking it running, with ``SELECT ... FOR UPDATE`` to keep others out in between. SQLite has
+    no such lock, and Python's driver begins a transaction only at the first write, so two workers
+    could both read the same trial as waiting and both run it (optuna#4621); the second then fails
+    to record its result. Beginning with ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for pysqlite) makes
+    the read and the write one step that workers take in turn, waiting up to the timeout."""
+    from sqlalchemy import event
+
+    def driver_leaves_transactions_to_sqlalchemy(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    def begin_with_write_lock(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", driver_leaves_transactions_to_sqlalchemy)
+    event.listen(engine, "begin", begin_with_write_lock)
+    engine.dispose()  # the connections the storage opened to create its tables predate the hooks
 
 
 def default_storage(sweep: Sweep) -> str:
