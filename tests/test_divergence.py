@@ -10,6 +10,11 @@ from proj.cli import main
 from proj.reliability import DivergenceError
 
 EVERY_STEP = "trainer:\n  callbacks+:" + step_checkpoints(1)
+DIVERGE = [
+    "--model.init_args.optimizer.init_args.lr=1e6",
+    "--model.init_args.scheduler=null",
+    "--trainer.gradient_clip_val=null",
+]
 # The GPT validated rarely: the run diverges long before the first validation.
 ARGS = {"image": (), "text": small_gpt("--trainer.val_check_interval=100", "--trainer.max_steps=100")}
 
@@ -21,13 +26,8 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
     experiment, name = TASKS[task]
     overlay = workdir / "every_step.yaml"
     overlay.write_text(EVERY_STEP)
-    diverge = [
-        "--model.init_args.optimizer.init_args.lr=1e6",
-        "--model.init_args.scheduler=null",
-        "--trainer.gradient_clip_val=null",
-    ]
     with pytest.raises(DivergenceError) as error:
-        main(["fit", "--config", config(experiment), "--config", str(overlay), *diverge, *ARGS[task],
+        main(["fit", "--config", config(experiment), "--config", str(overlay), *DIVERGE, *ARGS[task],
               f"--trainer.precision={precision}", "--trainer.enable_progress_bar=false"])  # fmt: skip
     message = str(error.value)
     assert "learning rate" in message and precision in message
@@ -43,6 +43,24 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
             v for k, v in state["state_dict"].items() if k.startswith("net.") and v.is_floating_point()
         ]
         assert weights and all(torch.isfinite(v).all() for v in weights)
+
+
+def test_a_diverged_run_says_why_in_one_line_and_keeps_its_checkpoints(workdir, monkeypatch, capsys):
+    """As a user sees it (no ``PROJ_DEBUG``): the reason and the way back, exit status 1, no traceback;
+    the run directory stays, with the checkpoints from before the divergence to resume from."""
+    overlay = workdir / "every_step.yaml"
+    overlay.write_text(EVERY_STEP)
+    monkeypatch.delenv("PROJ_DEBUG")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", config("digits.yaml"), "--config", str(overlay), *DIVERGE,
+              "--trainer.enable_progress_bar=false"])  # fmt: skip
+    assert exit_info.value.code == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith(
+        ("error: The training loss is ", "error: The weights became")
+    ), errors
+    assert "learning rate" in errors[0] and "--ckpt_path last" in errors[0]
+    assert list((workdir / "runs" / "digits" / "version_0" / "checkpoints").glob("*.ckpt"))
 
 
 def test_anomaly_overlay_turns_on_anomaly_detection(workdir):

@@ -1,9 +1,10 @@
 """How a command that cannot work says so: one line that names the field and the fix, rather than a
 traceback from deep inside Lightning or jsonargparse, and no run directory left behind.
 
-A refused setting exits with status 2, a run directory another process holds or a lost peer of a
-distributed job with 1. ``PROJ_DEBUG=1`` shows the traceback as well (and raises the error as it
-was), as for a bug; anything that is no user error keeps its traceback always.
+A refused setting exits with status 2. A run directory another process holds, a lost peer of a
+distributed job, or a run that diverged exits with 1; the last keeps its run directory, whose
+checkpoints are from before the divergence. ``PROJ_DEBUG=1`` shows the traceback as well (and raises
+the error as it was), as for a bug; anything that is no user error keeps its traceback always.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from lightning.pytorch.cli import LightningArgumentParser
 
 from proj.preflight import ConfigError
+from proj.reliability.divergence import DivergenceError
 from proj.runs import RunInUseError, RunLock
 
 DEBUG_VARIABLE = "PROJ_DEBUG"
@@ -37,6 +39,11 @@ def reported_errors() -> Iterator[None]:
     try:
         yield
     except RunInUseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except DivergenceError as error:
+        if debugging():
+            raise
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
     except (ConfigError, OSError) as error:
