@@ -3,6 +3,7 @@ from its saved config, and checkpoints drive test and predict. (Bad input: test_
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,12 +66,20 @@ def test_saved_config_reproduces_the_run(workdir):
         assert torch.equal(weights[0][key], weights[1][key]), key
 
 
-def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch):
+def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch, capsys):
+    """In one line, as a user sees it (no ``PROJ_DEBUG``), leaving no run directory behind."""
     from torchvision.datasets import MNIST
 
     monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens: download fails
-    with pytest.raises(RuntimeError, match=r"(?s)Could not download MNIST into 'data'.*IDX files.*data_dir"):
+    monkeypatch.delenv("PROJ_DEBUG")
+    with pytest.raises(SystemExit) as exit_info:
         fit("mnist.yaml", "debug/fast_dev_run.yaml")
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    said, hint = error.splitlines()  # the reason, on one line, and how to see the traceback
+    assert re.match(r"error: Could not download MNIST into 'data'.*IDX files.*data_dir", said), error
+    assert "PROJ_DEBUG" in hint
+    assert not (workdir / "runs").exists()
 
 
 @pytest.mark.slow

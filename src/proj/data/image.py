@@ -269,9 +269,10 @@ class _TorchvisionDataModule(ImageDataModule):
             try:
                 self.dataset_class(str(self.data_dir), train=train, download=True)
             except Exception as error:
-                raise RuntimeError(
+                said = " ".join(str(error).split())  # torchvision's message takes a line per mirror
+                raise ConfigError(
                     f"Could not download {self.dataset_class.__name__} into '{self.data_dir}' "
-                    f"({type(error).__name__}: {error}). Without a network, copy {self.files_hint} "
+                    f"({type(error).__name__}: {said}). Without a network, copy {self.files_hint} "
                     f"there yourself, or point data.init_args.data_dir at a folder holding them."
                 ) from error
 
