@@ -286,6 +286,18 @@ CASES: list[Case] = [
     ),
     Case(
         "trainer",
+        "min_epochs above max_epochs",
+        digits("fit", "--trainer.min_epochs=5", "--trainer.max_epochs=2"),
+        ("the run would stop there regardless", "trainer.min_epochs=5", "trainer.max_epochs=2"),
+    ),
+    Case(
+        "trainer",
+        "min_steps above max_steps",
+        digits("fit", "--trainer.min_steps=10", "--trainer.max_steps=5"),
+        ("the run would stop there regardless", "trainer.min_steps=10", "trainer.max_steps=5"),
+    ),
+    Case(
+        "trainer",
         "devices 0",
         digits("fit", "--trainer.devices=0"),
         ("must be a positive count, -1 or auto", "trainer.devices=0"),

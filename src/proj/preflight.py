@@ -132,6 +132,13 @@ def check_trainer(trainer, parser: LightningArgumentParser, subcommand: str) -> 
         parser.error(
             f"trainer.val_check_interval={interval}: must be a positive count of batches or fraction."
         )
+    for unit in ("epochs", "steps"):  # Lightning stops at the maximum and ignores the minimum
+        least, most = trainer.get(f"min_{unit}"), trainer.get(f"max_{unit}")
+        if isinstance(least, int) and isinstance(most, int) and most != -1 and least > most:
+            parser.error(
+                f"trainer.min_{unit}={least} exceeds trainer.max_{unit}={most}: the run would stop there "
+                f"regardless. Raise trainer.max_{unit} or lower trainer.min_{unit}."
+            )
     if subcommand == "fit":
         for name in ("max_steps", "max_epochs", "limit_train_batches"):
             if trainer.get(name) == 0:
