@@ -87,3 +87,12 @@ def test_end_to_end_benchmark(benchmark, capsys, workdir):
     assert "digits ratio" in output and "shakespeare_char_cpu ratio" in output
     last = output.strip().splitlines()[-1]
     assert last.startswith("ratio ") and float(last.split()[1]) > 0, last
+
+
+@pytest.mark.slow
+def test_sweep_workers_benchmark(benchmark, capsys, workdir):
+    # Two trials of one epoch at once, each way, once: both settings run their trials to the end.
+    ratio = benchmark("sweep_workers").main(["--epochs=1", "--rounds=1"])
+    output = capsys.readouterr().out
+    assert "2 trials at once" in output and "round 1: own" in output
+    assert output.strip().splitlines()[-1] == f"ratio {ratio:.2f} (own / split)" and ratio > 0

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import ROOT, config
 from proj.cli import main
+from proj.sweep import cpu_cores, load_sweep, trial_threads, workers_here
 
 # Digits trials of a few seconds: no warmup, so that a good learning rate is good from the first step.
 QUICK = [
@@ -118,8 +121,36 @@ def test_workers_sharing_a_sqlite_study_take_each_queued_trial_once(workdir):
     assert len(taken) == 40 and len(set(taken)) == 40, sorted(taken)
 
 
+def test_the_workers_on_one_machine_share_its_cores_among_their_trials(workdir, monkeypatch):
+    """Each trial's torch would start a thread per core, and two workers' trials on 2 cores took 12.8
+    times as long so (``benchmarks/sweep_workers.py``): a trial gets the cores over the live workers."""
+    sweep = load_sweep(write_sweep(workdir / "cores.yaml"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    registered = sweep.folder / "workers"
+    registered.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone = subprocess.Popen([sys.executable, "-c", ""])  # a killed worker, whose file stays
+    gone.wait()
+    host = socket.gethostname()
+    try:
+        for pid in (os.getpid(), other.pid, gone.pid):
+            (registered / f"{host}:{pid}").touch()
+        (registered / "another-machine:1").touch()  # on a shared file system: not this machine's
+        assert workers_here(sweep) == 2
+        assert trial_threads(sweep) == (max(1, cpu_cores() // 2), 2)
+        assert sorted(p.name for p in registered.iterdir()) == sorted(
+            ["another-machine:1", f"{host}:{os.getpid()}", f"{host}:{other.pid}"]
+        )
+    finally:
+        other.kill()
+        other.wait()
+    assert workers_here(sweep) == 1 and trial_threads(sweep) == (cpu_cores(), 1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice, which the trials inherit
+    assert trial_threads(sweep) is None
+
+
 @pytest.mark.slow
-def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdir):
+def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdir, monkeypatch):
     import optuna
     from optuna.trial import TrialState
 
@@ -139,6 +170,7 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     study.enqueue_trial({LR: 1.0e-7})
     study.enqueue_trial({LR: 1.0e-2})
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the workers share the cores themselves
     workers = [start_worker(sweep, workdir, f"worker{i}.log") for i in range(2)]
     outputs = [finish(worker, workdir, f"worker{i}.log") for i, worker in enumerate(workers)]
 
@@ -157,15 +189,26 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     run = Path(best.user_attrs["run_dir"])
     assert run == Path("runs/sweeps/four") / f"trial_{best.number}" / "version_0" and run.is_dir()
     assert any(f"Best trial {best.number}: val/loss {best.value:.4f}" in out for out in outputs)
-    assert f"python -m proj fit --config {run}/config.yaml" in "".join(outputs)
+    # The second worker to start found the first: each trial of its got half the cores or one.
+    assert any(f"use {max(1, cpu_cores() // 2)} CPU thread(s) each: 2 worker(s)" in out for out in outputs)
+    threads = best.user_attrs["threads"]
+    repeat_it = f"OMP_NUM_THREADS={threads} python -m proj fit --config {run}/config.yaml"
+    assert repeat_it in "".join(outputs)
+    assert not list((workdir / "runs" / "sweeps" / "four" / "workers").iterdir())  # both unregistered
     for name in ("trials.csv", "history.png"):
         assert (workdir / "runs" / "sweeps" / "four" / name).stat().st_size > 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == best.params[LR]
     assert "OptunaPruning" not in (run / "config.yaml").read_text()  # it would report again
 
-    # Its config.yaml alone repeats it, beside it, and the study is left as it was.
-    repeat = main(["fit", "--config", str(run / "config.yaml")])
+    # Its config.yaml alone repeats it, beside it, and the study is left as it was, with the threads
+    # the command it printed sets (a sum over other threads rounds otherwise).
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        repeat = main(["fit", "--config", str(run / "config.yaml")])
+    finally:
+        torch.set_num_threads(before)
     assert repeat.trainer.logger.log_dir == str(run.parent / "version_1")
     assert float(repeat.trainer.checkpoint_callback.best_model_score) == pytest.approx(best.value, abs=1e-4)
     assert len(load("four", workdir).trials) == len(study.trials)

@@ -377,6 +377,47 @@ def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -
                 retry(study, fresh(study, trial.number))
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on: a container's or a batch job's share, not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def register_worker(sweep: Sweep) -> Path:
+    """A file naming this worker (``<host>:<pid>``) in ``runs/sweeps/<name>/workers/``, from which the
+    workers on one machine count each other (``workers_here``)."""
+    path = sweep.folder / "workers" / f"{HOST}:{os.getpid()}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return path
+
+
+def workers_here(sweep: Sweep) -> int:
+    """The live workers of this sweep on this machine, this one included. A killed worker's file
+    outlives it; its process does not, and the file goes."""
+    alive = 0
+    for path in (sweep.folder / "workers").glob("*:*"):
+        host, _, pid = path.name.rpartition(":")
+        if host != HOST:  # another machine's, on a shared file system
+            continue
+        if pid.isdigit() and process_alive(int(pid)):
+            alive += 1
+        else:
+            path.unlink(missing_ok=True)
+    return max(alive, 1)
+
+
+def trial_threads(sweep: Sweep) -> tuple[int, int] | None:
+    """The CPU threads each trial here may use, and the workers they are shared among: this machine's
+    cores divided among its workers, as Lightning divides them among the processes of a DDP run.
+    Left alone, each trial's torch starts a thread per core, and two workers' trials on 2 cores took
+    a median 12.8 times as long as with one thread each (``benchmarks/sweep_workers.py``). None when
+    ``OMP_NUM_THREADS`` is set: the user's choice, which the trials inherit."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    workers = workers_here(sweep)
+    return max(1, cpu_cores() // workers), workers
+
+
 def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -409,7 +450,10 @@ def objective_for(sweep: Sweep, storage_url: str):
     """The objective: one trial's ``fit`` in a process of its own, whose output goes to
     ``runs/sweeps/<name>/trial_<n>/output.log``."""
 
+    said = None
+
     def objective(trial: optuna.Trial) -> float:
+        nonlocal said
         values = suggest(trial, sweep.space)
         trial.set_user_attr("worker", f"{HOST}:{os.getpid()}")
         folder = sweep.folder / f"trial_{trial.number}"
@@ -421,13 +465,25 @@ def objective_for(sweep: Sweep, storage_url: str):
             "metric": sweep.metric,
             "pruner": sweep.pruner,
         }
+        env = {**os.environ, TRIAL_ENV: json.dumps(report_to)}
+        threads = trial_threads(sweep)
+        if threads is not None:
+            env["OMP_NUM_THREADS"] = str(threads[0])
+            trial.set_user_attr("threads", threads[0])  # which its repeat needs: sums differ by threads
+            if threads != said:
+                print(
+                    f"Trials here use {threads[0]} CPU thread(s) each: {threads[1]} worker(s) of this sweep "
+                    f"share this machine's {cpu_cores()} cores (OMP_NUM_THREADS sets it instead).",
+                    flush=True,
+                )
+                said = threads
         log = folder / "output.log"
         with open(log, "w") as out:
             code = subprocess.run(
                 trial_command(sweep, values, trial.number),
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, TRIAL_ENV: json.dumps(report_to)},
+                env=env,
                 check=False,
             ).returncode
         recorded = fresh(trial.study, trial.number).user_attrs
@@ -482,7 +538,15 @@ def describe(trial: FrozenTrial, metric: str) -> str:
 
 def run_worker(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
     """Run trials until ``n_trials`` of the study have finished (complete or pruned) or are running
-    in other workers, then write and print the results."""
+    in other workers; registered in ``workers/`` meanwhile, so that the workers here share the cores."""
+    registration = register_worker(sweep)
+    try:
+        return run_trials(sweep, storage_url, n_trials)
+    finally:
+        registration.unlink(missing_ok=True)
+
+
+def run_trials(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
     storage = storage_for(storage_url)
     study = open_study(sweep, storage)
     objective = objective_for(sweep, storage_url)
@@ -531,7 +595,8 @@ def write_results(study: optuna.Study, sweep: Sweep, started: float) -> None:
         for key, value in best.params.items():
             print(f"  {key} = {value}")
         print(f"  run directory: {run_dir}")
-        print(f"  repeat it:     python -m proj fit --config {run_dir}/config.yaml")
+        threads = f"OMP_NUM_THREADS={best.user_attrs['threads']} " if "threads" in best.user_attrs else ""
+        print(f"  repeat it:     {threads}python -m proj fit --config {run_dir}/config.yaml")
     print(f"Written into {folder}/: {', '.join(written)}")
 
 

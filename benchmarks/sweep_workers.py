@@ -1,0 +1,83 @@
+"""Sweep workers sharing one machine: their trials with torch's own thread count (a thread per core
+each) against the machine's cores split between them, as ``proj.sweep.trial_threads`` gives them.
+
+Each round starts ``--workers`` trials together, ``python -m proj fit`` on the digits experiment,
+and times them until the last exits; the two settings alternate, ``--rounds`` times each, the one
+that goes first alternating too. Medians over the rounds are printed, with the ratio own / split
+(above 1: splitting the cores is that much faster)::
+
+    python benchmarks/sweep_workers.py                      # 2 trials at once, 10 epochs, 3 rounds
+    python benchmarks/sweep_workers.py --workers 4 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from common import cli_args
+from proj.sweep import cpu_cores
+
+
+def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path) -> float:
+    """Seconds until ``workers`` digits trials started together have all exited; ``threads`` each
+    (``OMP_NUM_THREADS``), or torch's own choice for None."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    command = [sys.executable, "-m", "proj", "fit", *cli_args("digits")]
+    command += [f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false"]
+    command += ["--test_after_fit=false"]
+    start = time.perf_counter()
+    trials = [
+        subprocess.Popen(
+            [*command, f"--trainer.logger.init_args.save_dir={folder / str(i)}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(workers)
+    ]
+    for trial in trials:
+        _, errors = trial.communicate()
+        if trial.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed ({trial.returncode}):\n{errors[-3000:]}")
+    return time.perf_counter() - start
+
+
+def main(argv: Sequence[str] | None = None) -> float:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workers", type=int, default=2, help="trials at once, one per worker")
+    parser.add_argument("--epochs", type=int, default=10, help="each trial's epochs of digits")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    split = max(1, cpu_cores() // args.workers)
+    print(f"{args.workers} trials at once on {cpu_cores()} cores: torch's own threads vs {split} each")
+    times: dict[str, list[float]] = {"own": [], "split": []}
+    with tempfile.TemporaryDirectory() as runs:
+        for round_ in range(args.rounds):
+            order = ("own", "split") if round_ % 2 == 0 else ("split", "own")
+            for setting in order:
+                threads = split if setting == "split" else None
+                folder = Path(runs) / f"{setting}{round_}"
+                times[setting].append(trials_at_once(args.workers, args.epochs, threads, folder))
+            print(f"round {round_ + 1}: own {times['own'][-1]:.1f} s, split {times['split'][-1]:.1f} s")
+    own, split_s = statistics.median(times["own"]), statistics.median(times["split"])
+    print(f"median: own {own:.1f} s, split {split_s:.1f} s")
+    ratio = own / split_s
+    print(f"ratio {ratio:.2f} (own / split)")
+    return ratio
+
+
+if __name__ == "__main__":
+    main()
