@@ -73,7 +73,7 @@ def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch, ca
     monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])  # nothing listens: download fails
     monkeypatch.delenv("PROJ_DEBUG")
     with pytest.raises(SystemExit) as exit_info:
-        fit("mnist.yaml", "debug/fast_dev_run.yaml")
+        fit("mnist.yaml")
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
     said, hint = error.splitlines()  # the reason, on one line, and how to see the traceback

@@ -9,6 +9,7 @@ interleave their files.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import importlib
@@ -180,8 +181,9 @@ class RunLock:
     """
 
     _held: ClassVar[dict[Path, int]] = {}
-    # The run directories this process made: a command refused once it started leaves none behind.
-    _created: ClassVar[set[Path]] = set()
+    # The run directories this process made, each with the folders made for it (runs/, runs/<name>/):
+    # a command refused once it started leaves none behind.
+    _created: ClassVar[dict[Path, list[Path]]] = {}
 
     @classmethod
     def acquire(cls, run: Path) -> None:
@@ -189,7 +191,7 @@ class RunLock:
         if run in cls._held:
             return
         if not run.exists():
-            cls._created.add(run)
+            cls._created[run] = [folder for folder in run.parents if not folder.exists()]
         run.mkdir(parents=True, exist_ok=True)
         fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -215,11 +217,16 @@ class RunLock:
 
     @classmethod
     def remove_new_runs(cls) -> None:
-        """Delete the run directories this process made, unless a checkpoint was saved there: for a
-        command refused after it started, so that a fixed rerun gets the same version number."""
-        for run in cls._created:
-            if not any(run.glob("checkpoints/*.ckpt")):
-                shutil.rmtree(run, ignore_errors=True)
+        """Delete the run directories this process made, unless a checkpoint was saved there, and the
+        folders made for them once empty: for a command refused after it started, so that a fixed
+        rerun gets the same version number."""
+        for run, folders in cls._created.items():
+            if any(run.glob("checkpoints/*.ckpt")):
+                continue
+            shutil.rmtree(run, ignore_errors=True)
+            for folder in folders:  # innermost first; another run may have been made there since
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
         cls._created.clear()
 
 
