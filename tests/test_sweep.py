@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import yaml
 
 from conftest import ROOT, config
 from proj.cli import main
-from proj.sweep import cpu_cores, load_sweep, trial_threads, workers_here
+from proj.sweep import HOST, cpu_cores, load_sweep, trial_threads, workers_here
 
 # Digits trials of a few seconds: no warmup, so that a good learning rate is good from the first step.
 QUICK = [
@@ -131,15 +130,14 @@ def test_the_workers_on_one_machine_share_its_cores_among_their_trials(workdir, 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     gone = subprocess.Popen([sys.executable, "-c", ""])  # a killed worker, whose file stays
     gone.wait()
-    host = socket.gethostname()
     try:
         for pid in (os.getpid(), other.pid, gone.pid):
-            (registered / f"{host}:{pid}").touch()
+            (registered / f"{HOST}:{pid}").touch()
         (registered / "another-machine:1").touch()  # on a shared file system: not this machine's
         assert workers_here(sweep) == 2
         assert trial_threads(sweep) == (max(1, cpu_cores() // 2), 2)
         assert sorted(p.name for p in registered.iterdir()) == sorted(
-            ["another-machine:1", f"{host}:{os.getpid()}", f"{host}:{other.pid}"]
+            ["another-machine:1", f"{HOST}:{os.getpid()}", f"{HOST}:{other.pid}"]
         )
     finally:
         other.kill()

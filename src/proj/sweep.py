@@ -366,8 +366,8 @@ def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -
     optuna.storages.fail_stale_trials(study)
     retry = storage.get_heartbeat_stale_trial_callback()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        host, _, pid = str(trial.user_attrs.get("worker", "")).rpartition(":")
-        if host == HOST and pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
+        pid = local_pid(str(trial.user_attrs.get("worker", "")))
+        if pid is not None and pid != os.getpid() and not process_alive(pid):
             try:
                 study.tell(trial.number, state=TrialState.FAIL)
             except (ValueError, RuntimeError):  # another worker failed it first
@@ -385,7 +385,7 @@ def cpu_cores() -> int:
 def register_worker(sweep: Sweep) -> Path:
     """A file naming this worker (``<host>:<pid>``) in ``runs/sweeps/<name>/workers/``, from which the
     workers on one machine count each other (``workers_here``)."""
-    path = sweep.folder / "workers" / f"{HOST}:{os.getpid()}"
+    path = sweep.folder / "workers" / this_worker()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch()
     return path
@@ -396,10 +396,10 @@ def workers_here(sweep: Sweep) -> int:
     outlives it; its process does not, and the file goes."""
     alive = 0
     for path in (sweep.folder / "workers").glob("*:*"):
-        host, _, pid = path.name.rpartition(":")
-        if host != HOST:  # another machine's, on a shared file system
+        pid = local_pid(path.name)
+        if pid is None:  # another machine's, on a shared file system
             continue
-        if pid.isdigit() and process_alive(int(pid)):
+        if process_alive(pid):
             alive += 1
         else:
             path.unlink(missing_ok=True)
@@ -416,6 +416,17 @@ def trial_threads(sweep: Sweep) -> tuple[int, int] | None:
         return None
     workers = workers_here(sweep)
     return max(1, cpu_cores() // workers), workers
+
+
+def this_worker() -> str:
+    """This worker's name, ``<host>:<pid>``: in its trials' ``worker`` attribute and its registration."""
+    return f"{HOST}:{os.getpid()}"
+
+
+def local_pid(worker: str) -> int | None:
+    """The process id of the worker named ``worker`` (``<host>:<pid>``) when it ran on this machine."""
+    host, _, pid = worker.rpartition(":")
+    return int(pid) if host == HOST and pid.isdigit() else None
 
 
 def process_alive(pid: int) -> bool:
@@ -455,7 +466,7 @@ def objective_for(sweep: Sweep, storage_url: str):
     def objective(trial: optuna.Trial) -> float:
         nonlocal said
         values = suggest(trial, sweep.space)
-        trial.set_user_attr("worker", f"{HOST}:{os.getpid()}")
+        trial.set_user_attr("worker", this_worker())
         folder = sweep.folder / f"trial_{trial.number}"
         folder.mkdir(parents=True, exist_ok=True)
         report_to = {
