@@ -5,8 +5,8 @@ with every stage given a budget and timed, stopping with exit 1 at the first sta
     python benchmarks/gpu_proof.py --from gpt2_small    # a rerun from that stage on
     python benchmarks/gpu_proof.py --smoke --results /tmp/RESULTS.md   # every stage, on the CPU
 
-The stages, each real ``python -m proj fit`` commands (``plain_fit.py`` for the plain side), killed
-when they overrun their stage's budget:
+The stages run real ``python -m proj fit`` commands (and ``plain_fit.py`` for the plain side), each
+killed when it overruns what is left of its stage's budget (``STAGES``):
 
 - **environment**: GPU, torch, CUDA and Lightning in one line; the corpus is at hand.
 - **digits**: ``configs/digits.yaml`` with ``configs/trainer/gpu.yaml`` (bf16-mixed): test/acc and
@@ -21,10 +21,10 @@ when they overrun their stage's budget:
   the ratio of steady-state steps/s, proj / plain (each the median over its logging steps of the
   rate over the last 5 of them, validation left out).
 - **gpt2_small**: a GPT-2-small network (12 layers, 12 heads, 768 wide, block 1024: 124 M
-  parameters) for 100 steps in bf16 with ``compile: true`` on random tokens (a text of 50,257
-  distinct characters, GPT-2's vocabulary size): tokens/s, MFU (goal: at least 45 %) and peak
-  memory, then the same with ``activation_checkpointing: true``. Its MFU is also given against the
-  model's FLOPs: ``train/mfu`` counts the recomputed forward pass as work done.
+  parameters) for 100 steps of 32 sequences in bf16 with ``compile: true`` on random tokens (a
+  text of 50,257 distinct characters, GPT-2's vocabulary size): tokens/s, MFU (goal: at least
+  45 %) and peak memory, then the same with ``activation_checkpointing: true``, whose MFU counts
+  the model's FLOPs only (``train/mfu``, given beside it, counts the recomputed forward pass too).
 
 A goal missed (val/loss, MFU, digits' test/acc >= 0.95) is marked in RESULTS.md and ends the
 script with exit 1 after the last stage; a stage that fails (a command's error, an overrun, a
@@ -71,7 +71,7 @@ GPU = f"--config={ROOT / 'configs' / 'trainer' / 'gpu.yaml'}"
 NET = "model.init_args.net.init_args"
 GPT2 = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "dropout": 0.0}
 GPT2_VOCAB = 50257
-GPT2_BATCH = 16
+GPT2_BATCH = 32
 # What a stage's runs need none of, each a second or more per save of a 124 M network.
 NO_CHECKPOINTS = [
     "--checkpoint=null",
@@ -372,7 +372,7 @@ def shakespeare_char(proof: Proof, stage: Stage) -> None:
     if proof.smoke:
         args += [*(f"--{change}" for change in changes), *CPU]
     start = time.perf_counter()
-    metrics = proof.fit("shakespeare_char", args, budget=stage.budget - 40)
+    metrics = proof.fit("shakespeare_char", args, budget=stage.budget - 35)
     wall = time.perf_counter() - start
     best = min(need(metrics, "val/loss"))
     tokens = need(metrics, "train/tokens_per_sec")
@@ -459,11 +459,11 @@ def gpt2_small(proof: Proof, stage: Stage) -> None:
 
 # name, seconds, what it runs: 480 s in all, 8 minutes.
 STAGES: list[tuple[str, float, Callable[[Proof, Stage], None]]] = [
-    ("environment", 10, environment),
-    ("digits", 50, digits),
+    ("environment", 15, environment),
+    ("digits", 45, digits),
     ("fp16_scaler", 40, fp16_scaler),
-    ("shakespeare_char", 260, shakespeare_char),
-    ("gpt2_small", 120, gpt2_small),
+    ("shakespeare_char", 220, shakespeare_char),  # proj fit 185 s at most, plain_fit.py the rest
+    ("gpt2_small", 160, gpt2_small),  # 80 s a run, compiling included
 ]
 
 
@@ -524,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
             except StageFailed as error:
                 stage.failure = str(error)
             stage.seconds = time.perf_counter() - start
+            # The budgets are a GPU's: on the smoke's CPU they mean nothing.
+            if stage.failure is None and stage.seconds > budget and not args.smoke:
+                stage.failure = f"over its budget: {stage.seconds:.0f} s"
             status = f"FAILED: {stage.failure}" if stage.failure else "ok"
             print(f"[{name}] {stage.seconds:.1f} s of {budget:.0f} s: {status}", flush=True)
             for figure, value in stage.figures.items():
