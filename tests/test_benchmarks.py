@@ -125,6 +125,7 @@ def test_gpu_proof_smoke_needs_a_results_path(benchmark, capsys):
     assert "--smoke writes its results only where --results says" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_gpu_proofs_scaler_check_fails_where_clipping_sees_scaled_gradients(benchmark, workdir):
     """The 16-mixed stage's check is no formality: with a precision plugin that clips before it
     unscales (the bug it looks for), the run stops."""
