@@ -256,8 +256,11 @@ def in_process(command: list[str]) -> None:
 
 
 def tail(log: Path) -> str:
+    """The last lines of a failed command's output: 40 printed (the working folder goes when the
+    script ends), the last 3 for RESULTS.md."""
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    return " | ".join(lines[-3:]) + f" (all of it: {log})"
+    print("\n".join(lines[-40:]))
+    return " | ".join(lines[-3:])
 
 
 def read_metrics(path: Path) -> dict[str, list[float]]:
