@@ -96,3 +96,66 @@ def test_sweep_workers_benchmark(benchmark, capsys, workdir):
     output = capsys.readouterr().out
     assert "2 trials at once" in output and "round 1: own" in output
     assert output.strip().splitlines()[-1] == f"ratio {ratio:.2f} (own / split)" and ratio > 0
+
+
+@pytest.mark.slow
+def test_gpu_proof_smoke_runs_every_stage_and_writes_where_it_is_told(benchmark, capsys, workdir):
+    # Every stage of benchmarks/gpu_proof.py for a few CPU steps, so the script a lent GPU runs
+    # works when one comes; the repository's RESULTS.md (a GPU's figures) is left alone.
+    shipped = ROOT / "benchmarks" / "RESULTS.md"
+    before = shipped.read_bytes() if shipped.exists() else None
+    results = workdir / "results" / "RESULTS.md"
+    assert benchmark("gpu_proof").main(["--smoke", f"--results={results}"]) == 0
+    text = results.read_text()
+    for stage in ("environment", "digits", "fp16_scaler", "shakespeare_char", "gpt2_small"):
+        assert f"\n## {stage}: " in text
+    assert "all passed" in text and "FAILED" not in text
+    # The 16-mixed run went through the gradient scaler, every step checked and clipped.
+    assert "steps checked: unscaled before clipping: 8 of 8 (8 clipped" in text
+    assert "train/grad_scale logged: 8 times" in text
+    assert "proj / plain_fit.py" in text and "with activation checkpointing" in text
+    assert (shipped.read_bytes() if shipped.exists() else None) == before
+    assert capsys.readouterr().out.strip().endswith(f"results: {results}")
+
+
+def test_gpu_proof_smoke_needs_a_results_path(benchmark, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        benchmark("gpu_proof").main(["--smoke"])
+    assert stopped.value.code == 2
+    assert "--smoke writes its results only where --results says" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_gpu_proofs_scaler_check_fails_where_clipping_sees_scaled_gradients(benchmark, workdir):
+    """The 16-mixed stage's check is no formality: with a precision plugin that clips before it
+    unscales (the bug it looks for), the run stops."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.plugins import MixedPrecision
+
+    from proj.data import DigitsDataModule
+    from proj.models import ImageClassifier
+    from proj.nets import ConvNet
+
+    class ClipsScaledGradients(MixedPrecision):
+        def optimizer_step(self, optimizer, model, closure, **kwargs):
+            closure()
+            self._after_closure(model, optimizer)  # clipping, before unscale_
+            self.scaler.step(optimizer, **kwargs)
+            self.scaler.update()
+
+    gpu_proof = benchmark("gpu_proof")
+    trainer = Trainer(
+        accelerator="cpu",
+        plugins=[ClipsScaledGradients(precision="16-mixed", device="cpu")],
+        gradient_clip_val=0.1,
+        max_steps=2,
+        callbacks=[gpu_proof.ScalerCheck()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    model = ImageClassifier(ConvNet(10, (1, 8, 8), channels=(8, 16)), num_classes=10)
+    with pytest.raises(gpu_proof.StageFailed, match="reach clipping READY, not UNSCALED"):
+        trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))

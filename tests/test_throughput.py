@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from conftest import EXPERIMENTS, config, experiment_args
 from proj.callbacks import TrainingThroughput
-from proj.callbacks.throughput import training_flops
+from proj.callbacks.throughput import peak_flops, training_flops
 from proj.cli import main
 from proj.data import DigitsDataModule, TextDataModule
 from proj.models import ImageClassifier, LanguageModel
@@ -110,8 +110,42 @@ def test_every_experiment_logs_throughput(experiment, workdir):
     assert monitor.count_tokens == experiment.startswith("shakespeare")
 
 
+# One device's dense bf16/fp16 peak (half the datasheet's figure "with sparsity"), by the name CUDA
+# reports: the H200s and the H100 NVL from the template's own table, the others from Lightning's.
+DENSE_PEAKS = [
+    ("NVIDIA H200", torch.bfloat16, 989.5e12),
+    ("NVIDIA H200 NVL", torch.bfloat16, 835.5e12),
+    ("NVIDIA H100 NVL", torch.float16, 835.5e12),
+    ("NVIDIA H100 80GB HBM3", torch.bfloat16, 989.4e12),
+    ("NVIDIA H100 PCIe", torch.bfloat16, 756e12),
+    ("NVIDIA A100-SXM4-80GB", torch.bfloat16, 312e12),
+    ("NVIDIA A100 80GB PCIe", torch.float16, 312e12),
+]
+
+
+@pytest.mark.parametrize(("name", "dtype", "dense"), DENSE_PEAKS)
+def test_mfu_is_measured_against_the_dense_peak_of_common_gpus(name, dtype, dense, monkeypatch):
+    """No flag needed on these cards, and never the sparse peak, which would halve MFU. There is
+    no GPU here, so CUDA's device name is the one thing stood in for."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert peak_flops(torch.device("cuda"), dtype) == pytest.approx(dense, rel=1e-3)
+
+
+@pytest.mark.parametrize(("matmul_precision", "dense"), [("high", 494.5e12), ("highest", 67e12)])
+def test_an_h200_in_float32_is_measured_against_tf32_unless_matmuls_are_exact(
+    matmul_precision, dense, monkeypatch
+):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(matmul_precision)
+    try:
+        assert peak_flops(torch.device("cuda"), torch.float32) == dense
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 def test_peak_flops_are_set_by_a_flag(workdir):
-    """The README's way to give MFU a peak Lightning does not know (an H200's)."""
+    """The README's way to give MFU the peak of a GPU no table knows."""
     experiment = "shakespeare_char.yaml"
     flag = "--throughput.available_flops=989e12"
     cli = main(["--config", config(experiment), *experiment_args(experiment), flag], run=False)

@@ -27,10 +27,9 @@ class TrainingThroughput(Callback):
     spent validating left out. The FLOPs of one training step are counted once, on the first batch,
     by Lightning's ``measure_flops`` on a meta-device copy of the module's ``net`` (a forward and a
     backward pass, no memory and no compute; with activation checkpointing the recomputed forward
-    counts too). ``available_flops`` is one device's peak FLOP/s at the run's precision; null takes
-    it from Lightning's table (``get_available_flops``), which knows common GPUs by name but not
-    all: an H200 calls itself "NVIDIA H200", which the table misses, so pass its dense bf16 peak,
-    989e12. On a CPU there is no table, so MFU needs the peak passed.
+    counts too). ``available_flops`` is one device's dense peak FLOP/s at the run's precision; null
+    looks it up by the GPU's name (``peak_flops``: H200s and the H100 NVL here, other common GPUs in
+    Lightning's table). On a CPU there is no table, so MFU needs the peak passed.
 
     Lightning's own ``ThroughputMonitor`` calls ``torch.cuda.synchronize()`` after every batch,
     which idles a GPU whose host would otherwise be queuing the next step, and logs validation and
@@ -68,14 +67,14 @@ class TrainingThroughput(Callback):
         peak = self.available_flops
         device = trainer.strategy.root_device
         if peak is None:
-            peak = get_available_flops(device, compute_dtype(trainer))
+            peak = peak_flops(device, compute_dtype(trainer))
             if peak is None and device.type == "cuda":
                 rank_zero_warn(
                     f"No peak FLOP/s known for {torch.cuda.get_device_name(device)}, so no train/mfu is "
                     "logged: set available_flops of proj.callbacks.TrainingThroughput (one "
-                    "device's dense peak at the run's precision, e.g. 989e12 for an H200 in bf16): "
-                    "`throughput: {available_flops: 989e12}` in a config, or "
-                    "--throughput.available_flops=989e12."
+                    "device's dense peak at the run's precision, from its datasheet: half the "
+                    "figure 'with sparsity'), e.g. `throughput: {available_flops: 312e12}` in a "
+                    "config, or --throughput.available_flops=312e12."
                 )
         self._throughput = Throughput(
             available_flops=peak, world_size=trainer.world_size, window_size=self.window
@@ -168,6 +167,53 @@ def training_flops(net: nn.Module, inputs: torch.Tensor) -> int:
     # Anomaly detection (the debug overlay) would read the meta gradients' values, which have none.
     with torch.autograd.set_detect_anomaly(False):
         return measure_flops(meta, lambda: meta(x), lambda y: y.sum())
+
+
+# Dense peak FLOP/s (no 2:4 sparsity: half the datasheets' headline tensor-core figures) by compute
+# dtype, for the GPUs that Lightning 2.6's table misses or holds the sparse peak of, which would halve
+# MFU (Lightning-AI/pytorch-lightning#21677): its "h200 sxm1" entry, which no H200's name ("NVIDIA
+# H200") reaches, and its "h100 nvl" are sparse. Its H100 SXM and PCIe and A100 entries are dense
+# (tests/test_throughput.py checks them). Keys: words of the device's name, the most specific first.
+DENSE_PEAKS: dict[tuple[str, ...], dict[torch.dtype | str, float]] = {
+    ("h200", "nvl"): {
+        torch.float64: 30e12,
+        torch.float32: 60e12,
+        "tfloat32": 417.5e12,
+        torch.bfloat16: 835.5e12,
+        torch.float16: 835.5e12,
+        torch.int8: 1670.5e12,
+    },
+    ("h100", "nvl"): {
+        torch.float64: 30e12,
+        torch.float32: 60e12,
+        "tfloat32": 417.5e12,
+        torch.bfloat16: 835.5e12,
+        torch.float16: 835.5e12,
+        torch.int8: 1670.5e12,
+    },
+    ("h200",): {
+        torch.float64: 34e12,
+        torch.float32: 67e12,
+        "tfloat32": 494.5e12,
+        torch.bfloat16: 989.5e12,
+        torch.float16: 989.5e12,
+        torch.int8: 1979e12,
+    },
+}
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """One device's dense peak FLOP/s at ``dtype``, by the GPU's name: ``DENSE_PEAKS``, else
+    Lightning's table (``get_available_flops``); None where neither knows it."""
+    if device.type == "cuda":
+        words = set(torch.cuda.get_device_name(device).lower().split())
+        for chip, peaks in DENSE_PEAKS.items():
+            if words.issuperset(chip):
+                # float32 matmuls run on TF32 tensor cores unless the precision is "highest" (as in
+                # Lightning's lookup; every card above is Ampere or later).
+                tf32 = dtype is torch.float32 and torch.get_float32_matmul_precision() != "highest"
+                return peaks.get("tfloat32" if tf32 else dtype)
+    return get_available_flops(device, dtype)
 
 
 def peak_memory_mb(device: torch.device) -> float:
