@@ -9,6 +9,7 @@ Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -540,6 +541,19 @@ CASES: list[Case] = [
         text("fit", "--data.init_args.path=corpus_dir"),
         ("is a folder, not a text file", "data.path: 'corpus_dir'"),
         setup=make_folder("corpus_dir"),
+    ),
+    Case(
+        "text",
+        "a device as path",
+        text("fit", "--data.init_args.path=/dev/zero"),
+        ("is not a regular file (a device, pipe or socket)", "data.path: '/dev/zero'"),
+    ),
+    Case(
+        "text",
+        "a FIFO as path",
+        text("fit", "--data.init_args.path=pipe"),
+        ("is not a regular file (a device, pipe or socket)", "data.path: 'pipe'"),
+        setup=lambda workdir, ckpt: os.mkfifo(workdir / "pipe"),
     ),
     Case(
         "text",

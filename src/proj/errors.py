@@ -14,6 +14,7 @@ import errno
 import importlib
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 
 import torch
@@ -66,14 +67,55 @@ def reported_errors() -> Iterator[None]:
 
 @contextlib.contextmanager
 def named_refusals(config) -> Iterator[None]:
-    """Around building the config's classes: a constructor's refusal becomes a ``ConfigError`` that
-    names the config key and class it came from (jsonargparse gives neither)."""
+    """Around building the config's classes: a constructor's refusal of its arguments becomes a
+    ``ConfigError`` that names the config key and class it came from (jsonargparse gives neither);
+    a bug keeps its traceback, shown as raised rather than inside jsonargparse's wrapping.
+
+    What counts as a refusal (``is_refusal``): the project's ``ConfigError``; an ``OSError``, a file
+    the arguments name that is missing or unreadable, which the message names; and a ``ValueError``
+    or ``TypeError`` raised by a ``raise`` statement, which is how Python code (the project's, torch's,
+    a user's) refuses an argument. Anything else is a bug in someone's code: a ``NameError``,
+    ``AttributeError``, ``KeyError``, ``RuntimeError``, ``AssertionError``, and the ``TypeError`` or
+    ``ValueError`` the interpreter or a C function raises for a call it cannot make (a missing
+    argument, ``int("x")``), since those point at the line that made the call. An error that only
+    jsonargparse raised is its refusal of the config.
+    """
     try:
         yield
     except Exception as error:
         if debugging() or isinstance(error, ConfigError):
             raise
+        cause = unwrapped(error)
+        if not is_refusal(cause):
+            raise cause from cause.__cause__
         raise ConfigError(refusal(error, config)) from error
+
+
+def unwrapped(error: BaseException) -> BaseException:
+    """The error a constructor raised, beneath those jsonargparse wraps it in ("Does not validate
+    against any of the Union subtypes", a dump of every subtype it tried)."""
+    while raised_in(error, "jsonargparse") and (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
+    return error
+
+
+def raised_in(error: BaseException, package: str) -> bool:
+    return any(f"{os.sep}{package}{os.sep}" in frame.filename for frame in innermost(error))
+
+
+def innermost(error: BaseException) -> list[traceback.FrameSummary]:
+    """The frame that raised ``error``, as a one-item list (empty without a traceback)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return frames[-1:]
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error`` refuses an argument rather than shows a bug (see ``named_refusals``)."""
+    if isinstance(error, (ConfigError, OSError)) or raised_in(error, "jsonargparse"):
+        return True
+    if not isinstance(error, (ValueError, TypeError)):
+        return False
+    return any((frame.line or "").startswith("raise") for frame in innermost(error))
 
 
 class ShortErrorParser(LightningArgumentParser):
