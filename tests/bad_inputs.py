@@ -10,6 +10,7 @@ Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}``
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,46 @@ def image_folder(workdir: Path, ckpt: Path) -> None:
 
     for label in (0, 1):
         write_png(workdir / "imgs" / "train" / f"c{label}" / "0.png", np.full((4, 4), 255 * label))
+
+
+def bad_image_folder(workdir: Path, ckpt: Path) -> None:
+    """Two classes of three good PNGs in train/ (and one each in val/, test/), and three bad files
+    beside them: a truncated PNG, an empty one and a note saved under an image's name."""
+    import numpy as np
+
+    from conftest import write_png
+
+    for split, n in (("train", 3), ("val", 1), ("test", 1)):
+        for label in (0, 1):
+            for i in range(n):
+                write_png(
+                    workdir / "imgs" / split / f"c{label}" / f"{i}.png", np.full((8, 8), 200 * label + i)
+                )
+    good = (workdir / "imgs" / "train" / "c0" / "0.png").read_bytes()
+    (workdir / "imgs" / "train" / "c0" / "cut.png").write_bytes(good[: len(good) // 2])
+    (workdir / "imgs" / "train" / "c1" / "empty.png").write_bytes(b"")
+    (workdir / "imgs" / "val" / "c1" / "note.png").write_text("remember to label these\n")
+
+
+def one_class_folder(workdir: Path, ckpt: Path) -> None:
+    image_folder(workdir, ckpt)
+    shutil.rmtree(workdir / "imgs" / "train" / "c1")
+
+
+def val_class_train_lacks(workdir: Path, ckpt: Path) -> None:
+    image_folder(workdir, ckpt)
+    shutil.copytree(workdir / "imgs" / "train" / "c1", workdir / "imgs" / "val" / "fox")
+
+
+def image_folder_fit(*args: str) -> tuple[str, ...]:
+    return (
+        "fit",
+        "--config",
+        str(CONFIGS / "image_folder.yaml"),
+        *QUICK,
+        "--data.init_args.root=imgs",
+        *args,
+    )
 
 
 CASES: list[Case] = [
@@ -635,6 +676,42 @@ CASES: list[Case] = [
         ),
         ("must be 1 (grey) or 3", "data.channels"),
         setup=image_folder,
+    ),
+    Case(
+        "data",
+        "image folder with unreadable files",
+        image_folder_fit(),
+        (
+            "cannot be read as images",
+            "data.root: 3 file(s) under 'imgs'",
+            "'train/c0/cut.png' is truncated",
+            "'train/c1/empty.png' is empty (0 bytes)",
+            "'val/c1/note.png' is a text file, not an image",
+            "--data.init_args.bad_files=skip",
+        ),
+        setup=bad_image_folder,
+    ),
+    Case(
+        "data",
+        "image folder, unreadable files skipped",
+        image_folder_fit("--data.init_args.bad_files=skip", "--test_after_fit=false"),
+        ("left out 3 unreadable file(s)", "data.root"),
+        code=0,
+        setup=bad_image_folder,
+    ),
+    Case(
+        "data",
+        "image folder of one class",
+        image_folder_fit(),
+        ("holds one class folder", "data.root: 'imgs/train'", "(c0)", "at least two classes"),
+        setup=one_class_folder,
+    ),
+    Case(
+        "data",
+        "image folder val class train lacks",
+        image_folder_fit(),
+        ("has class folders that", "data.root: 'imgs/val'", "lacks: fox"),
+        setup=val_class_train_lacks,
     ),
     Case(
         "data",
