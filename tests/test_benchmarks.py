@@ -96,3 +96,11 @@ def test_sweep_workers_benchmark(benchmark, capsys, workdir):
     output = capsys.readouterr().out
     assert "2 trials at once" in output and "round 1: own" in output
     assert output.strip().splitlines()[-1] == f"ratio {ratio:.2f} (own / split)" and ratio > 0
+
+
+@pytest.mark.slow
+def test_image_check_benchmark(benchmark, capsys):
+    slowest = benchmark("image_check").main(["--files=20", "--rounds=1"])
+    output = capsys.readouterr().out
+    assert "png 32:" in output and "jpeg 256:" in output
+    assert output.strip().splitlines()[-1] == f"slowest {slowest:.2f} s per 10,000 files" and slowest > 0
