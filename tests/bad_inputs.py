@@ -394,6 +394,45 @@ CASES: list[Case] = [
     ),
     Case(
         "trainer",
+        "val_check_interval above an epoch",
+        digits("fit", "--trainer.val_check_interval=10000"),
+        ("Lightning refused it", "trainer.val_check_interval:", "(10000) must be less than or equal"),
+    ),
+    Case(
+        "trainer",
+        "early stopping on a misspelt metric",
+        digits("fit", "--early_stopping.monitor=val/los"),
+        ("logs no metric of that name", "early_stopping.init_args.monitor=val/los", "Did you mean val/loss?"),
+    ),
+    Case(
+        "trainer",
+        "checkpoint on a metric spelt the other way",
+        digits("fit", "--checkpoint.monitor=val_acc"),
+        ("logs no metric of that name", "checkpoint.init_args.monitor=val_acc", "Did you mean val/acc?"),
+    ),
+    Case(
+        "trainer",
+        "a plateau schedule on a metric not logged",
+        text(
+            "fit",
+            "--model.init_args.scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau",
+            "--model.init_args.scheduler_monitor=val/perplexity",
+        ),
+        ("logs no metric of that name", "model.init_args.scheduler_monitor=val/perplexity", "val/ppl"),
+    ),
+    Case(
+        "trainer",
+        "a listed checkpoint on a misspelt metric",
+        digits("fit", "--config", "extra.yaml"),
+        ("logs no metric of that name", "trainer.callbacks[0] (ModelCheckpoint).monitor=val/f", "val/f1"),
+        setup=write(
+            "extra.yaml",
+            "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+            "      init_args: {monitor: val/f, mode: max}\n",
+        ),
+    ),
+    Case(
+        "trainer",
         "check_val_every_n_epoch 0",
         digits("fit", "--trainer.check_val_every_n_epoch=0"),
         ("must be a positive integer or null", "trainer.check_val_every_n_epoch=0"),

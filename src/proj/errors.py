@@ -12,13 +12,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Iterator
 
 import torch
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from proj.preflight import ConfigError
 from proj.reliability.divergence import DivergenceError
@@ -49,6 +53,13 @@ def reported_errors() -> Iterator[None]:
         raise SystemExit(1) from None
     except (ConfigError, OSError) as error:
         message = user_error(error)
+        if message is None or debugging():
+            raise
+        RunLock.remove_new_runs()
+        print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (ValueError, MisconfigurationException) as error:
+        message = lightning_refusal(error)
         if message is None or debugging():
             raise
         RunLock.remove_new_runs()
@@ -159,6 +170,34 @@ def refusal(error: BaseException, config) -> str:
             frame = frame.tb_next
         cause = cause.__cause__ or cause.__context__
     return str(error)
+
+
+def lightning_refusal(error: BaseException) -> str | None:
+    """The message for a setting Lightning refused once the command was under way (a
+    ``val_check_interval`` above an epoch's batches, known only once the data is loaded), naming
+    the Trainer setting when its message does; None for anything else.
+
+    A refusal is Lightning's ``MisconfigurationException`` or ``ValueError`` raised in Lightning's
+    own code, which Lightning called, perhaps through a set-up hook of the model's
+    (``configure_optimizers`` reads ``estimated_stepping_batches``). One raised inside a step or an
+    ``on_*`` hook of a model or callback (a misused ``self.log``) is a bug there and keeps its traceback.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [not _in_lightning(frame) for frame in frames]
+    if not frames or ours[-1] or False not in ours:
+        return None
+    called = frames[ours.index(False) :]
+    if any(not _in_lightning(f) and (f.name.endswith("_step") or f.name.startswith("on_")) for f in called):
+        return None
+    said = " ".join(str(error).split())
+    settings = inspect.signature(Trainer.__init__).parameters
+    named = next((name for name in re.findall(r"`(\w+)", said) if name in settings), None)
+    where = f"trainer.{named}" if named else "the Trainer's settings"
+    return f"{where}: Lightning refused it: {said}"
+
+
+def _in_lightning(frame: traceback.FrameSummary) -> bool:
+    return f"{os.sep}lightning{os.sep}" in frame.filename
 
 
 def user_error(error: BaseException) -> str | None:
