@@ -183,6 +183,13 @@ def bad_image_folder(workdir: Path, ckpt: Path) -> None:
     (workdir / "imgs" / "val" / "c1" / "note.png").write_text("remember to label these\n")
 
 
+def cut_in_its_signature(workdir: Path, ckpt: Path) -> None:
+    """Found by tests/test_fuzz_trees.py: a PNG of its first 5 bytes was told to be converted to PNG."""
+    image_folder(workdir, ckpt)
+    path = workdir / "imgs" / "train" / "c1" / "0.png"
+    path.write_bytes(path.read_bytes()[:5])
+
+
 def one_class_folder(workdir: Path, ckpt: Path) -> None:
     image_folder(workdir, ckpt)
     shutil.rmtree(workdir / "imgs" / "train" / "c1")
@@ -737,6 +744,13 @@ CASES: list[Case] = [
         ("left out 3 unreadable file(s)", "data.root"),
         code=0,
         setup=bad_image_folder,
+    ),
+    Case(
+        "data",
+        "image file cut inside its signature",
+        image_folder_fit(),
+        ("cannot be read as images", "'train/c1/0.png' is truncated or damaged: a PNG file"),
+        setup=cut_in_its_signature,
     ),
     Case(
         "data",

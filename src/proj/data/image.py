@@ -271,7 +271,11 @@ def not_an_image(path: Path) -> str:
     image's name) or some other format, and the fix for each."""
     with open(path, "rb") as file:
         head = file.read(512)
-    if kind := next((name for sign, name in SIGNATURES.items() if head.startswith(sign)), None):
+    # A file cut inside the signature itself begins as a part of it.
+    kind = next(
+        (name for sign, name in SIGNATURES.items() if head.startswith(sign) or sign.startswith(head)), None
+    )
+    if kind:
         return (
             f"is truncated or damaged: a {kind} file whose header does not read ({path.stat().st_size:,} "
             "bytes). An interrupted copy or download? Copy it again, or delete it"
