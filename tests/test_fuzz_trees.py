@@ -4,8 +4,9 @@ classes, and read-only folders, and checks the contract for each: refused in one
 ``data.root`` (and, for unreadable files, each of them), or accepted with every real image once, in
 its class, and no unreadable one; never a traceback; nothing written outside ``runs/``.
 
-Seeded (``derandomize``), so a run repeats; ``PROJ_FUZZ_EXAMPLES`` sets how many trees each test
-draws (``make fuzz`` draws more). What it found became rows of ``bad_inputs.py`` (image folders).
+Seeded (``derandomize``), so a run repeats; ``PROJ_FUZZ_EXAMPLES`` sets how many trees the first
+test draws (a tenth of them go through the CLI), for ``make fuzz`` to draw more. What it found
+became rows of ``bad_inputs.py`` (image folders).
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def check_contract(tree: Tree, skip: bool) -> None:
         assert labels.get(os.path.realpath(path)) == name, (path, name, labels.get(os.path.realpath(path)))
 
 
+@pytest.mark.slow  # some 15 s for 60 trees: `make test`, not the edit loop
 @fuzz(EXAMPLES or 60)
 @given(recipe=trees())
 def test_image_folder_trees_keep_the_contract(recipe):
