@@ -9,6 +9,8 @@ Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}``
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +162,53 @@ def image_folder(workdir: Path, ckpt: Path) -> None:
 
     for label in (0, 1):
         write_png(workdir / "imgs" / "train" / f"c{label}" / "0.png", np.full((4, 4), 255 * label))
+
+
+def bad_image_folder(workdir: Path, ckpt: Path) -> None:
+    """Two classes of three good PNGs in train/ (and one each in val/, test/), and three bad files
+    beside them: a truncated PNG, an empty one and a note saved under an image's name."""
+    import numpy as np
+
+    from conftest import write_png
+
+    for split, n in (("train", 3), ("val", 1), ("test", 1)):
+        for label in (0, 1):
+            for i in range(n):
+                write_png(
+                    workdir / "imgs" / split / f"c{label}" / f"{i}.png", np.full((8, 8), 200 * label + i)
+                )
+    good = (workdir / "imgs" / "train" / "c0" / "0.png").read_bytes()
+    (workdir / "imgs" / "train" / "c0" / "cut.png").write_bytes(good[: len(good) // 2])
+    (workdir / "imgs" / "train" / "c1" / "empty.png").write_bytes(b"")
+    (workdir / "imgs" / "val" / "c1" / "note.png").write_text("remember to label these\n")
+
+
+def cut_in_its_signature(workdir: Path, ckpt: Path) -> None:
+    """Found by tests/test_fuzz_trees.py: a PNG of its first 5 bytes was told to be converted to PNG."""
+    image_folder(workdir, ckpt)
+    path = workdir / "imgs" / "train" / "c1" / "0.png"
+    path.write_bytes(path.read_bytes()[:5])
+
+
+def one_class_folder(workdir: Path, ckpt: Path) -> None:
+    image_folder(workdir, ckpt)
+    shutil.rmtree(workdir / "imgs" / "train" / "c1")
+
+
+def val_class_train_lacks(workdir: Path, ckpt: Path) -> None:
+    image_folder(workdir, ckpt)
+    shutil.copytree(workdir / "imgs" / "train" / "c1", workdir / "imgs" / "val" / "fox")
+
+
+def image_folder_fit(*args: str) -> tuple[str, ...]:
+    return (
+        "fit",
+        "--config",
+        str(CONFIGS / "image_folder.yaml"),
+        *QUICK,
+        "--data.init_args.root=imgs",
+        *args,
+    )
 
 
 CASES: list[Case] = [
@@ -349,6 +398,45 @@ CASES: list[Case] = [
         "val_check_interval 0",
         digits("fit", "--trainer.val_check_interval=0"),
         ("must be a positive count of batches or fraction", "trainer.val_check_interval=0"),
+    ),
+    Case(
+        "trainer",
+        "val_check_interval above an epoch",
+        digits("fit", "--trainer.val_check_interval=10000"),
+        ("Lightning refused it", "trainer.val_check_interval:", "(10000) must be less than or equal"),
+    ),
+    Case(
+        "trainer",
+        "early stopping on a misspelt metric",
+        digits("fit", "--early_stopping.monitor=val/los"),
+        ("logs no metric of that name", "early_stopping.init_args.monitor=val/los", "Did you mean val/loss?"),
+    ),
+    Case(
+        "trainer",
+        "checkpoint on a metric spelt the other way",
+        digits("fit", "--checkpoint.monitor=val_acc"),
+        ("logs no metric of that name", "checkpoint.init_args.monitor=val_acc", "Did you mean val/acc?"),
+    ),
+    Case(
+        "trainer",
+        "a plateau schedule on a metric not logged",
+        text(
+            "fit",
+            "--model.init_args.scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau",
+            "--model.init_args.scheduler_monitor=val/perplexity",
+        ),
+        ("logs no metric of that name", "model.init_args.scheduler_monitor=val/perplexity", "val/ppl"),
+    ),
+    Case(
+        "trainer",
+        "a listed checkpoint on a misspelt metric",
+        digits("fit", "--config", "extra.yaml"),
+        ("logs no metric of that name", "trainer.callbacks[0] (ModelCheckpoint).monitor=val/f", "val/f1"),
+        setup=write(
+            "extra.yaml",
+            "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+            "      init_args: {monitor: val/f, mode: max}\n",
+        ),
     ),
     Case(
         "trainer",
@@ -543,6 +631,19 @@ CASES: list[Case] = [
     ),
     Case(
         "text",
+        "a device as path",
+        text("fit", "--data.init_args.path=/dev/zero"),
+        ("is not a regular file (a device, pipe or socket)", "data.path: '/dev/zero'"),
+    ),
+    Case(
+        "text",
+        "a FIFO as path",
+        text("fit", "--data.init_args.path=pipe"),
+        ("is not a regular file (a device, pipe or socket)", "data.path: 'pipe'"),
+        setup=lambda workdir, ckpt: os.mkfifo(workdir / "pipe"),
+    ),
+    Case(
+        "text",
         "empty file",
         text("fit", "--data.init_args.path=empty.txt"),
         ("is empty. Point data.init_args.path", "data.path: 'empty.txt'"),
@@ -621,6 +722,49 @@ CASES: list[Case] = [
         ),
         ("must be 1 (grey) or 3", "data.channels"),
         setup=image_folder,
+    ),
+    Case(
+        "data",
+        "image folder with unreadable files",
+        image_folder_fit(),
+        (
+            "cannot be read as images",
+            "data.root: 3 file(s) under 'imgs'",
+            "'train/c0/cut.png' is truncated",
+            "'train/c1/empty.png' is empty (0 bytes)",
+            "'val/c1/note.png' is a text file, not an image",
+            "--data.init_args.bad_files=skip",
+        ),
+        setup=bad_image_folder,
+    ),
+    Case(
+        "data",
+        "image folder, unreadable files skipped",
+        image_folder_fit("--data.init_args.bad_files=skip", "--test_after_fit=false"),
+        ("left out 3 unreadable file(s)", "data.root"),
+        code=0,
+        setup=bad_image_folder,
+    ),
+    Case(
+        "data",
+        "image file cut inside its signature",
+        image_folder_fit(),
+        ("cannot be read as images", "'train/c1/0.png' is truncated or damaged: a PNG file"),
+        setup=cut_in_its_signature,
+    ),
+    Case(
+        "data",
+        "image folder of one class",
+        image_folder_fit(),
+        ("holds one class folder", "data.root: 'imgs/train'", "(c0)", "at least two classes"),
+        setup=one_class_folder,
+    ),
+    Case(
+        "data",
+        "image folder val class train lacks",
+        image_folder_fit(),
+        ("has class folders that", "data.root: 'imgs/val'", "lacks: fox"),
+        setup=val_class_train_lacks,
     ),
     Case(
         "data",

@@ -159,3 +159,11 @@ def test_the_gpu_proofs_scaler_check_fails_where_clipping_sees_scaled_gradients(
     model = ImageClassifier(ConvNet(10, (1, 8, 8), channels=(8, 16)), num_classes=10)
     with pytest.raises(gpu_proof.StageFailed, match="reach clipping READY, not UNSCALED"):
         trainer.fit(model, datamodule=DigitsDataModule(batch_size=32))
+
+
+@pytest.mark.slow
+def test_image_check_benchmark(benchmark, capsys):
+    slowest = benchmark("image_check").main(["--files=20", "--rounds=1"])
+    output = capsys.readouterr().out
+    assert "png 32:" in output and "jpeg 256:" in output
+    assert output.strip().splitlines()[-1] == f"slowest {slowest:.2f} s per 10,000 files" and slowest > 0

@@ -153,3 +153,39 @@ def test_folder_mistakes_name_the_field_and_the_fix(tmp_path):
         ImageFolderDataModule(root=str(tmp_path / "pets")).setup("fit")
     with pytest.raises(ValueError, match=r"data.mean and data.std need one value per channel \(1\)"):
         ImageFolderDataModule(channels=1)
+
+
+def test_a_symlink_loop_counts_each_real_file_once(tmp_path, workdir):
+    # root/<class>/ split by fractions, with a link back up (`c0/up -> ..`) and a second name for a
+    # file: followed, the loop multiplied 20 images into hundreds, the same ones in train and test.
+    root = tmp_path / "loop"
+    for label in (0, 1):
+        for i in range(10):
+            write_png(root / f"c{label}" / f"{i}.png", np.full((8, 8), 100 * label + i))
+    (root / "c0" / "up").symlink_to("..")
+    (root / "c1" / "again.png").symlink_to("0.png")
+    extra = args(root, "--trainer.max_steps=1", "--trainer.limit_val_batches=1", "--test_after_fit=false")
+    cli = main(["fit", "--config", config("image_folder.yaml"), "--data.init_args.num_workers=0", *extra])
+    splits = {
+        name: [os.path.realpath(path) for path, _ in ds.samples] for name, ds in cli.datamodule.splits.items()
+    }
+    assert sum(map(len, splits.values())) == 20
+    assert len(set().union(*splits.values())) == 20, "no image in two splits, nor twice in one"
+
+
+def test_a_broken_jpeg_is_told_to_be_copied_again_not_converted(tmp_path, workdir, monkeypatch, capsys):
+    root = tmp_path / "photos"
+    for label in (0, 1):
+        for i in range(3):
+            write_png(root / "train" / f"c{label}" / f"{i}.png", np.full((8, 8), 100 * label + i))
+    photo = root / "train" / "c1" / "photo.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(photo)
+    photo.write_bytes(photo.read_bytes()[:-600])
+    monkeypatch.delenv("PROJ_DEBUG")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", config("image_folder.yaml"), *args(root, "--data.init_args.num_workers=0")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: data.root: 1 file(s)" in err and "'train/c1/photo.jpg' is truncated" in err
+    assert "Copy it again" in err and "convert" not in err.lower() and "Traceback" not in err
+    assert not list(workdir.glob("runs/*/*")), "no run directory left behind"

@@ -181,7 +181,8 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
         ),
         (
             lambda folder: (folder.mkdir(), (folder / "notes.txt").write_text("not a picture")),
-            r"data\.predict_path: 'mine/notes\.txt' is not a readable image.*move it out of the folder",
+            r"data\.predict_path: 1 file\(s\) under 'mine' cannot be read as images: 'notes\.txt' is a text "
+            r"file, not an image: move it out of the folder",
         ),
     ],
     ids=["missing", "empty", "unreadable"],

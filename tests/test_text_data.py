@@ -12,6 +12,7 @@ from lightning.pytorch import seed_everything
 from conftest import TINY_SHAKESPEARE, config
 from proj.cli import main
 from proj.data import CharTokenizer, TextDataModule
+from proj.preflight import ConfigError
 
 VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
 
@@ -126,7 +127,7 @@ def test_download_with_the_wrong_sha256_leaves_no_file(tmp_path):
     source = write_text(tmp_path, name="source.txt")
     target = tmp_path / "data" / "input.txt"
     dm = TextDataModule(str(target), url=source.as_uri(), sha256="0" * 64, block_size=8)
-    with pytest.raises(RuntimeError, match=r"(?s)sha256.*put the text file at"):
+    with pytest.raises(ConfigError, match=r"(?s)sha256.*put the text file at"):
         dm.prepare_data()
     assert list(target.parent.iterdir()) == []
 
@@ -134,7 +135,7 @@ def test_download_with_the_wrong_sha256_leaves_no_file(tmp_path):
 def test_failed_download_says_where_to_put_the_file(tmp_path):
     target = tmp_path / "data" / "input.txt"
     dm = TextDataModule(str(target), url="http://127.0.0.1:9/input.txt", block_size=8)
-    with pytest.raises(RuntimeError, match=rf"Could not download .*put the text file at '{target}'"):
+    with pytest.raises(ConfigError, match=rf"Could not download .*put the text file at '{target}'"):
         dm.vocab  # noqa: B018
     assert list(target.parent.iterdir()) == []
 

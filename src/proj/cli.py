@@ -34,6 +34,7 @@ from proj.preflight import (
     check_environment,
     check_fits_model,
     check_model_fits_data,
+    check_monitors,
     check_save_dir,
     check_seed,
     check_trainer,
@@ -161,9 +162,25 @@ class ProjCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         with named_refusals(config):
             super().instantiate_classes()
+        check_monitors(self.monitors(), self.model)
         checkpoint, self.checkpoint = self.checkpoint, None
         if checkpoint is not None:
             check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)
+
+    def monitors(self) -> dict[str, str | None]:
+        """Each metric the command's callbacks and scheduler monitor, under the setting naming it."""
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        found = {
+            f"{key}.init_args.monitor": getattr(config.get(key), "monitor", None)
+            for key in STANDARD_CALLBACKS
+        }
+        listed = config.trainer.get("callbacks") or []
+        for index, callback in enumerate(listed if isinstance(listed, list) else [listed]):
+            found[f"trainer.callbacks[{index}] ({type(callback).__name__}).monitor"] = getattr(
+                callback, "monitor", None
+            )
+        found["model.init_args.scheduler_monitor"] = getattr(self.model, "scheduler_monitor", None)
+        return found
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init

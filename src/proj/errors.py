@@ -12,12 +12,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import inspect
 import os
+import re
 import sys
+import traceback
 from collections.abc import Iterator
 
 import torch
+from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from proj.preflight import ConfigError
 from proj.reliability.divergence import DivergenceError
@@ -53,6 +58,13 @@ def reported_errors() -> Iterator[None]:
         RunLock.remove_new_runs()
         print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
         raise SystemExit(2) from None
+    except (ValueError, MisconfigurationException) as error:
+        message = lightning_refusal(error)
+        if message is None or debugging():
+            raise
+        RunLock.remove_new_runs()
+        print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
+        raise SystemExit(2) from None
     except RuntimeError as error:
         if not lost_a_peer(error):
             raise
@@ -66,14 +78,55 @@ def reported_errors() -> Iterator[None]:
 
 @contextlib.contextmanager
 def named_refusals(config) -> Iterator[None]:
-    """Around building the config's classes: a constructor's refusal becomes a ``ConfigError`` that
-    names the config key and class it came from (jsonargparse gives neither)."""
+    """Around building the config's classes: a constructor's refusal of its arguments becomes a
+    ``ConfigError`` that names the config key and class it came from (jsonargparse gives neither);
+    a bug keeps its traceback, shown as raised rather than inside jsonargparse's wrapping.
+
+    What counts as a refusal (``is_refusal``): the project's ``ConfigError``; an ``OSError``, a file
+    the arguments name that is missing or unreadable, which the message names; and a ``ValueError``
+    or ``TypeError`` raised by a ``raise`` statement, which is how Python code (the project's, torch's,
+    a user's) refuses an argument. Anything else is a bug in someone's code: a ``NameError``,
+    ``AttributeError``, ``KeyError``, ``RuntimeError``, ``AssertionError``, and the ``TypeError`` or
+    ``ValueError`` the interpreter or a C function raises for a call it cannot make (a missing
+    argument, ``int("x")``), since those point at the line that made the call. An error that only
+    jsonargparse raised is its refusal of the config.
+    """
     try:
         yield
     except Exception as error:
         if debugging() or isinstance(error, ConfigError):
             raise
+        cause = unwrapped(error)
+        if not is_refusal(cause):
+            raise cause from cause.__cause__
         raise ConfigError(refusal(error, config)) from error
+
+
+def unwrapped(error: BaseException) -> BaseException:
+    """The error a constructor raised, beneath those jsonargparse wraps it in ("Does not validate
+    against any of the Union subtypes", a dump of every subtype it tried)."""
+    while raised_in(error, "jsonargparse") and (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
+    return error
+
+
+def raised_in(error: BaseException, package: str) -> bool:
+    return any(f"{os.sep}{package}{os.sep}" in frame.filename for frame in innermost(error))
+
+
+def innermost(error: BaseException) -> list[traceback.FrameSummary]:
+    """The frame that raised ``error``, as a one-item list (empty without a traceback)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return frames[-1:]
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error`` refuses an argument rather than shows a bug (see ``named_refusals``)."""
+    if isinstance(error, (ConfigError, OSError)) or raised_in(error, "jsonargparse"):
+        return True
+    if not isinstance(error, (ValueError, TypeError)):
+        return False
+    return any((frame.line or "").startswith("raise") for frame in innermost(error))
 
 
 class ShortErrorParser(LightningArgumentParser):
@@ -117,6 +170,34 @@ def refusal(error: BaseException, config) -> str:
             frame = frame.tb_next
         cause = cause.__cause__ or cause.__context__
     return str(error)
+
+
+def lightning_refusal(error: BaseException) -> str | None:
+    """The message for a setting Lightning refused once the command was under way (a
+    ``val_check_interval`` above an epoch's batches, known only once the data is loaded), naming
+    the Trainer setting when its message does; None for anything else.
+
+    A refusal is Lightning's ``MisconfigurationException`` or ``ValueError`` raised in Lightning's
+    own code, which Lightning called, perhaps through a set-up hook of the model's
+    (``configure_optimizers`` reads ``estimated_stepping_batches``). One raised inside a step or an
+    ``on_*`` hook of a model or callback (a misused ``self.log``) is a bug there and keeps its traceback.
+    """
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [not _in_lightning(frame) for frame in frames]
+    if not frames or ours[-1] or False not in ours:
+        return None
+    called = frames[ours.index(False) :]
+    if any(not _in_lightning(f) and (f.name.endswith("_step") or f.name.startswith("on_")) for f in called):
+        return None
+    said = " ".join(str(error).split())
+    settings = inspect.signature(Trainer.__init__).parameters
+    named = next((name for name in re.findall(r"`(\w+)", said) if name in settings), None)
+    where = f"trainer.{named}" if named else "the Trainer's settings"
+    return f"{where}: Lightning refused it: {said}"
+
+
+def _in_lightning(frame: traceback.FrameSummary) -> bool:
+    return f"{os.sep}lightning{os.sep}" in frame.filename
 
 
 def user_error(error: BaseException) -> str | None:

@@ -198,6 +198,31 @@ def check_environment(cli: LightningCLI, subcommand: str) -> None:
             )
 
 
+def check_monitors(monitors: dict[str, str | None], model: object) -> None:
+    """Each monitored metric (``monitors``: the setting that names it, and the name) must be one the
+    model logs (its ``logged_metrics``): Lightning finds a misspelt one only at the first validation,
+    after training has begun, with a traceback.
+
+    A name the model does not log is refused when it is under ``val/`` or ``test/``, which only the
+    model logs, or when it is a typo away from one it does (``val_loss``, ``train/los``); any other
+    name may come from a callback of the user's that logs it, and is left to Lightning.
+    """
+    logged = getattr(model, "logged_metrics", None)
+    if not callable(logged):
+        return
+    names = sorted(logged())
+    for field, name in monitors.items():
+        if not isinstance(name, str) or name in names:
+            continue
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.8)
+        if close or name.startswith(("val/", "test/")):
+            hint = f" Did you mean {close[0]}?" if close else ""
+            raise ConfigError(
+                f"{field}={name}: {type(model).__name__} logs no metric of that name, so Lightning would "
+                f"stop the run where it first reads it.{hint} It logs {', '.join(names)}."
+            )
+
+
 def check_weights_only(config, parser: LightningArgumentParser) -> None:
     """Checkpoints load with ``weights_only=True`` always: no switch loads the code one may carry."""
     if config.get("weights_only") is False:

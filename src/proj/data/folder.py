@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from torchvision import datasets
+from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
 from proj.data import checks
-from proj.data.image import adopt_network_normalisation, predict_files
+from proj.data.image import (
+    adopt_network_normalisation,
+    image_problem,
+    image_problems,
+    predict_files,
+    refused_images,
+)
 from proj.data.loaders import SplitLoaders
+from proj.preflight import ConfigError
 from proj.reliability import TrainOrder
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -44,24 +53,11 @@ class ImageFiles(Dataset):
         try:
             with Image.open(path) as image:
                 image = image.convert(self.mode)
-        except (OSError, ValueError) as error:  # Pillow's UnidentifiedImageError is an OSError
-            raise ValueError(
-                f"{self.field}: '{path}' is not a readable image ({error}). Convert it to PNG or JPEG, "
-                "or move it out of the folder."
+        except (OSError, ValueError) as error:  # changed since the check before the first step
+            raise ConfigError(
+                f"{self.field}: '{path}' {image_problem(Path(path)) or error}, since the run began."
             ) from error
         return self.transform(image), label
-
-
-class _ClassFolder(datasets.ImageFolder):
-    """torchvision's ``ImageFolder`` with the classes given rather than found, so that every split
-    numbers them as the training folder does, even where a split lacks a class."""
-
-    def __init__(self, root: Path, classes: Sequence[str]) -> None:
-        self._given = list(classes)
-        super().__init__(str(root), allow_empty=True)
-
-    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
-        return self._given, {name: i for i, name in enumerate(self._given)}
 
 
 class ImageFolderDataModule(SplitLoaders, LightningDataModule):
@@ -85,6 +81,10 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     ``num_classes`` and ``input_shape`` (``channels``: 3 converts to RGB, 1 to grey) are known once
     the folder is found, which the CLI needs when it builds the model. ``predict_path`` predicts on
     every image file directly in that folder, through the evaluation transform.
+
+    Every file is decoded once before the first step, so a truncated, empty or mislabelled file
+    stops the command at once, named with every other such file, rather than the run partway
+    through; ``bad_files="skip"`` leaves them out instead, saying how many.
     """
 
     def __init__(
@@ -105,6 +105,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         predict_path: str | None = None,
+        bad_files: Literal["refuse", "skip"] = "refuse",
     ) -> None:
         super().__init__()
         checks.positive("image_size", image_size)
@@ -147,6 +148,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.predict_path = None if predict_path is None else Path(predict_path)
+        self.bad_files = bad_files
         self.predict_files: list[str] = []
         self.splits: dict[str, ImageFiles] = {}
         self.train_order = TrainOrder()
@@ -181,14 +183,25 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         folder = self.root / "train" if self.split_folders else self.root
         names = tuple(sorted(_subfolders(folder)))
         if not self.split_folders and {"val", "test"} & set(names):
-            raise ValueError(
+            raise ConfigError(
                 f"data.root: '{self.root}' has val/ or test/ but no train/ folder. Add the training "
                 f"images as {self.root}/train/<class>/, or put the classes directly in {self.root}."
             )
         if not names:
-            raise ValueError(
+            raise ConfigError(
                 f"data.root: '{folder}' holds no class folders. Put each class's images in a subfolder "
                 f"named after the class ({folder}/<class>/*.png), {fix}."
+            )
+        if len(names) == 1:
+            inner = folder / names[0]
+            hint = (
+                f"if the classes are the subfolders of '{inner}', point --data.init_args.root at it"
+                if _subfolders(inner)
+                else f"add a folder of images for each other class beside it ({folder}/<class>/)"
+            )
+            raise ConfigError(
+                f"data.root: '{folder}' holds one class folder ({names[0]}), and a classifier needs at "
+                f"least two classes: {hint}."
             )
         return names
 
@@ -213,23 +226,54 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         )
 
     def find_samples(self) -> dict[str, list[tuple[str, int]]]:
-        """Each split's ``(path, label)`` samples: from its own folder, or cut from the training ones."""
-        found: dict[str, list[tuple[str, int]]] = {}
-        for split in SPLITS if self.split_folders else ("train",):
-            folder = self.root / split if self.split_folders else self.root
-            if not folder.is_dir():
-                continue
+        """Each split's ``(path, label)`` samples: from its own folder, or cut from the training ones.
+
+        Every file is read once before the first step (``image_problems``): unreadable ones are
+        refused, all named, or with ``bad_files="skip"`` left out and counted. Links are followed,
+        each real folder walked once and each real file taken once (``image_files``)."""
+        folders = {
+            split: self.root / split if self.split_folders else self.root
+            for split in (SPLITS if self.split_folders else ("train",))
+        }
+        folders = {split: folder for split, folder in folders.items() if folder.is_dir()}
+        for folder in folders.values():
             if extra := sorted(set(_subfolders(folder)) - set(self.classes)):
-                raise ValueError(
+                raise ConfigError(
                     f"data.root: '{folder}' has class folders that '{self.root / 'train'}' lacks: "
                     f"{', '.join(extra)}. Every class needs training images: add them there, or remove "
                     "those folders."
                 )
-            found[split] = _ClassFolder(folder, self.classes).samples
+        # The data set's own folders are walked from the top only: a link into one (`up -> ..`) is
+        # not followed, which would loop or give one class's images another's label.
+        walked = {os.path.realpath(self.root)}
+        for folder in folders.values():
+            walked.add(os.path.realpath(folder))
+            walked.update(os.path.realpath(folder / name) for name in self.classes)
+        seen: set[str] = set()
+        found = {
+            split: [
+                (str(path), label)
+                for label, name in enumerate(self.classes)
+                if (folder / name).is_dir()
+                for path in image_files(folder / name, walked, seen)
+            ]
+            for split, folder in folders.items()
+        }
+        problems = image_problems([Path(path) for samples in found.values() for path, _ in samples])
+        if problems and self.bad_files == "refuse":
+            hint = " Or set --data.init_args.bad_files=skip to train without them."
+            raise refused_images(problems, "data.root", self.root, hint)
+        if problems:
+            bad = {str(path) for path in problems}
+            found = {split: [s for s in samples if s[0] not in bad] for split, samples in found.items()}
+            rank_zero_warn(
+                f"data.root: left out {len(problems)} unreadable file(s) (data.bad_files=skip), such as "
+                f"'{next(iter(problems))}'."
+            )
         train = found["train"]
         present = {label for _, label in train}
         if empty := [name for label, name in enumerate(self.classes) if label not in present]:
-            raise ValueError(
+            raise ConfigError(
                 f"data.root: no image files for the class(es) {', '.join(empty)} in their training "
                 "folder. Add images (PNG, JPEG, … as Pillow reads them) or remove the empty folders."
             )
@@ -241,7 +285,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         if len(order) < len(train):
             found["train"] = [train[i] for i in sorted(order)]
         if not found["train"]:
-            raise ValueError(
+            raise ConfigError(
                 f"data.root: '{self.root}' has {len(train)} training image(s), too few to also cut "
                 "validation and test splits from. Add images, or give val/ and test/ folders."
             )
@@ -278,14 +322,8 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         if "predict" in self.splits:
             return
         paths = predict_files(self.predict_path)
-        for path in paths:
-            try:
-                Image.open(path).close()
-            except (OSError, ValueError) as error:
-                raise ValueError(
-                    f"data.predict_path: '{path}' is not a readable image ({error}). Convert it to PNG "
-                    "or JPEG, or move it out of the folder."
-                ) from error
+        if problems := image_problems(paths):
+            raise refused_images(problems, "data.predict_path", self.predict_path)
         # No labels: -1, as torchvision's STL10 marks its unlabelled images.
         samples = [(str(path), -1) for path in paths]
         mode = "L" if self.channels == 1 else "RGB"
@@ -302,3 +340,39 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
 
 def _subfolders(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def image_files(folder: Path, walked: set[str], seen: set[str]) -> list[Path]:
+    """The image files under ``folder`` (by extension; hidden names left out, such as macOS's
+    ``._x.png``), in torchvision's ``ImageFolder`` order: folders by path, files by name.
+
+    Links are followed, but a folder whose real path is in ``walked`` (walked already, or one the
+    caller walks itself) is not entered, so a loop ends and no folder is read twice; a file whose
+    real path is in ``seen`` (reached by another link) is not listed again. Both sets grow.
+    """
+    listed: list[tuple[str, list[Path]]] = []
+    pending = [folder]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+        except OSError as error:
+            raise ConfigError(
+                f"data.root: cannot read the folder '{directory}' ({error.strerror}). Fix its "
+                "permissions, or move it out of the data set."
+            ) from error
+        files = []
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.name.startswith("."):
+                continue
+            real = os.path.realpath(path)
+            if path.is_dir():
+                if real not in walked:
+                    walked.add(real)
+                    pending.append(path)
+            elif path.suffix.lower() in IMG_EXTENSIONS and real not in seen:
+                seen.add(real)
+                files.append(path)
+        listed.append((str(directory), files))
+    return [path for _, files in sorted(listed) for path in files]

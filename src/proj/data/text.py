@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from proj.data import checks
 from proj.data.loaders import SplitLoaders
+from proj.preflight import ConfigError
 from proj.reliability import TrainOrder
 
 TINY_SHAKESPEARE_URL = (
@@ -185,6 +186,11 @@ class TextDataModule(SplitLoaders, LightningDataModule):
             )
         if self.path.is_file():
             return
+        if self.path.exists():  # a device (/dev/zero), a FIFO or a socket: no download goes there
+            raise ConfigError(
+                f"data.path: '{self.path}' is not a regular file (a device, pipe or socket), so it "
+                "cannot be read as a text, nor downloaded into. Point data.init_args.path at a text file."
+            )
         if self.url is None:
             raise FileNotFoundError(
                 f"data.path: no text file at '{self.path}', and data.url is null so nothing is "
@@ -285,7 +291,7 @@ def download(url: str, path: Path, sha256: str | None) -> None:
         os.replace(tmp, path)
     except Exception as error:
         Path(tmp).unlink(missing_ok=True)
-        raise RuntimeError(
+        raise ConfigError(
             f"Could not download {url} to '{path}' ({type(error).__name__}: {error}). Without a "
             f"network, put the text file at '{path}' yourself, or point data.init_args.path at one."
         ) from error

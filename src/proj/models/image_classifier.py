@@ -110,6 +110,14 @@ class ImageClassifier(TaskModule):
         f1 = MulticlassF1Score(self.hparams.num_classes, average="macro")
         return MetricCollection({"acc": accuracy, "f1": f1})
 
+    def logged_metrics(self) -> set[str]:
+        stages = (self.train_metrics, self.val_metrics, self.test_metrics)
+        return (
+            super().logged_metrics()
+            | {"val/acc_best"}
+            | {name for m in stages for name in m.keys(keep_base=False)}
+        )
+
     def example_input(self) -> torch.Tensor | None:
         shape = getattr(self.trainer.datamodule, "input_shape", None)
         return torch.zeros(2, *shape) if shape else None

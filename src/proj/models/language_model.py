@@ -117,6 +117,9 @@ class LanguageModel(TaskModule):
             self.log("train/loss", loss, prog_bar=True)
         return loss
 
+    def logged_metrics(self) -> set[str]:
+        return super().logged_metrics() | {"val/ppl", "test/ppl"}
+
     def example_input(self) -> torch.Tensor | None:
         return torch.zeros(2, self.net.block_size, dtype=torch.long)
 

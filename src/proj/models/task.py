@@ -65,6 +65,13 @@ class TaskModule(LightningModule):
         when the data module has not stated its shape."""
         return None
 
+    def logged_metrics(self) -> set[str]:
+        """The names this module's ``self.log`` calls write: what a monitor may name (the
+        checkpoint's, early stopping's, ``scheduler_monitor``), checked before a run is made since
+        Lightning finds a misspelt one only at the first validation. A subclass that logs more
+        adds its names to these."""
+        return {"train/loss", "train/grad_norm", "val/loss", "test/loss"}
+
     def setup(self, stage: str) -> None:
         # The summary runs one forward on it: skipped for a compiled network, where that forward
         # would compile for a shape that training never uses.
