@@ -19,6 +19,7 @@ the checkpoint as it was.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -120,7 +121,8 @@ def export_checkpoint(
     program = trace(net, artifact_inputs[:2], model)
 
     folder = export_folder(ckpt_path)
-    RunLock.acquire(folder.parent.parent)
+    if ckpt_path.resolve().parent.name == "checkpoints":  # a run's: no other command writes there meanwhile
+        RunLock.acquire(folder.parent.parent)
     work = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -133,6 +135,8 @@ def export_checkpoint(
         replace_folder(work, folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        with contextlib.suppress(OSError):  # export/ itself, when this failed export made it
+            folder.parent.rmdir()
     paths = {name: folder / f"model.{name}" for name in [*formats, "json"]}
     for path in paths.values():
         print(f"Exported {path}")
@@ -300,8 +304,8 @@ def checkpoint_facts(path: Path, checkpoint: dict) -> dict[str, Any]:
 
 
 def versions(formats: Sequence[str]) -> dict[str, str]:
-    names = ["torch", "proj", *(["onnx", "onnxruntime"] if "onnx" in formats else [])]
-    return {name: importlib.metadata.version(name) for name in names}
+    names = ["proj", *(["onnx", "onnxruntime"] if "onnx" in formats else [])]
+    return {"torch": torch.__version__, **{name: importlib.metadata.version(name) for name in names}}
 
 
 def replace_folder(new: Path, folder: Path) -> None:
