@@ -127,7 +127,7 @@ def export_checkpoint(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        runners = write_artifacts(program, artifact_inputs[:2], work, formats, description)
+        runners = write_artifacts(program, artifact_inputs[:2], work, formats, description["input"]["name"])
         description["check"] = check(model, runners, model_inputs, artifact_inputs, tolerance)
         description["checkpoint"] = checkpoint_facts(ckpt_path, checkpoint)
         description["versions"] = versions(formats)
@@ -161,17 +161,24 @@ def deployable(
             "usage": "token id i is the character vocab[i]; logits[:, -1] scores the next character",
         }
         return model.net, lambda x: x, description
+    # The checkpoint's own names first: the data module's may have changed since (a renamed folder).
+    net, description = deployable_image(model, datamodule, hparams.get("classes"))
+    return net, lambda x: x * net.std + net.mean, description
+
+
+def deployable_image(
+    model: LightningModule, datamodule: LightningDataModule, classes: Sequence[str] | None = None
+) -> tuple[PixelInput, dict[str, Any]]:
+    """The image model's network behind the data's normalisation, and its ``model.json``
+    description; ``classes`` as the checkpoint names them, else the data module's."""
     mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
     if mean is None or std is None:
         raise ConfigError(
             f"data ({type(datamodule).__name__}): export needs the data's normalisation as `mean` and "
             "`std` (per channel) to put it inside the graph; give the data module both attributes."
         )
-    # The checkpoint's own names first: the data module's may have changed since (a renamed folder).
-    classes = hparams.get("classes") or getattr(datamodule, "classes", None)
-    num_classes = hparams.get("num_classes") or model.hparams.num_classes
-    mean_t = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    classes = classes or getattr(datamodule, "classes", None)
+    num_classes = model.hparams.num_classes
     shape = list(datamodule.input_shape)
     description = {
         "task": "image classification",
@@ -184,7 +191,7 @@ def deployable(
             "divided by 255; softmax(logits) gives each class's probability"
         ),
     }
-    return PixelInput(model.net, mean, std).eval(), lambda x: x * std_t + mean_t, description
+    return PixelInput(model.net, mean, std).eval(), description
 
 
 def trace(net: nn.Module, example: torch.Tensor, model: LightningModule) -> torch.export.ExportedProgram:
@@ -213,11 +220,10 @@ def write_artifacts(
     example: torch.Tensor,
     folder: Path,
     formats: Sequence[str],
-    description: dict[str, Any],
+    input_name: str,
 ) -> dict[str, Runner]:
     """Write each format into ``folder`` and load it back as a deployment would: the runners that
-    compute logits from an input batch, by format."""
-    input_name = description["input"]["name"]
+    compute logits from an input batch (named ``input_name`` in the ONNX graph), by format."""
     runners: dict[str, Runner] = {}
     if "pt2" in formats:
         torch.export.save(program, folder / "model.pt2")
