@@ -116,6 +116,17 @@ def with_wrong_shape(checkpoint: dict) -> dict:
     return {**checkpoint, "state_dict": state}
 
 
+def with_net(class_path: str) -> Callable[[dict], dict]:
+    """The checkpoint as if trained with the network ``class_path`` (of the same weights)."""
+
+    def make(checkpoint: dict) -> dict:
+        hparams = checkpoint["hyper_parameters"]
+        net = {**hparams["net"], "class_path": class_path}
+        return {**checkpoint, "hyper_parameters": {**hparams, "net": net}}
+
+    return make
+
+
 def with_payload(checkpoint: dict) -> dict:
     return {**checkpoint, "hyper_parameters": {**checkpoint["hyper_parameters"], "extra": Payload()}}
 
@@ -971,6 +982,42 @@ CASES: list[Case] = [
         ("holds a proj.nets.ConvNet but model.init_args.net is proj.nets.MLP", "config.yaml"),
     ),
     Case("checkpoint", "no ckpt_path", digits("test"), ("without --ckpt_path would use untrained weights",)),
+    # Export: the first row refuses before anything is built, the others once the model is.
+    Case(
+        "export",
+        "no checkpoint",
+        digits("export"),
+        ("`export` without --ckpt_path would use untrained weights", "--ckpt_path last"),
+    ),
+    Case(
+        "export",
+        "untrained on purpose",
+        digits("export", "--allow_untrained=true"),
+        ("`export` needs --ckpt_path",),
+        slow=True,
+    ),
+    Case(
+        "export",
+        "bare weights",
+        digits("export", "--ckpt_path=weights.pt"),
+        ("holds bare weights", "--ckpt_path: 'weights.pt'", "checkpoints/"),
+        setup=save("weights.pt", lambda c: c["state_dict"]),
+    ),
+    Case(
+        "export",
+        "untraceable network",
+        digits("export", "--model.init_args.net=probes.BranchingNet", "--ckpt_path=branching.ckpt"),
+        ("torch.export cannot trace its forward", "model.init_args.net (probes.BranchingNet)", "torch.cond"),
+        setup=save("branching.ckpt", with_net("probes.BranchingNet")),
+        slow=True,
+    ),
+    Case(
+        "export",
+        "unknown format",
+        digits("export", "--ckpt_path={ckpt}", "--formats=onnx,tflite"),
+        ("is no export format", "--formats: 'tflite'", "onnx, pt2"),
+        slow=True,
+    ),
     Case(
         "checkpoint",
         "last of no run",

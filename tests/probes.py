@@ -1,4 +1,5 @@
-"""Callbacks that record what happens inside a real training process, for tests to compare."""
+"""Callbacks that record what happens inside a real training process, for tests to compare, and
+networks that trouble `export`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+
+from proj.nets import ConvNet
 
 
 class SaveGradients(Callback):
@@ -27,3 +30,19 @@ class SaveGradients(Callback):
         grads = {name: p.grad.detach().clone() for name, p in pl_module.named_parameters()}
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"weights": self.weights, "grads": grads}, self.folder / f"rank{trainer.global_rank}.pt")
+
+
+class BranchingNet(ConvNet):
+    """A ConvNet whose forward branches on a tensor's value: what ``torch.export`` cannot trace."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(x)
+        return logits if logits.sum() > 0 else -logits
+
+
+class ExportsOtherwise(ConvNet):
+    """A ConvNet that computes other logits while it is being exported: what export's check catches."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = super().forward(x)
+        return logits + 1e-3 if torch.compiler.is_exporting() else logits

@@ -4,6 +4,7 @@ do not rot; what they measure is not asserted (timings on a shared machine mean 
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
@@ -167,3 +168,14 @@ def test_image_check_benchmark(benchmark, capsys):
     output = capsys.readouterr().out
     assert "png 32:" in output and "jpeg 256:" in output
     assert output.strip().splitlines()[-1] == f"slowest {slowest:.2f} s per 10,000 files" and slowest > 0
+
+
+@pytest.mark.slow
+def test_inference_benchmark(benchmark, capsys):
+    ratios = benchmark("inference").main_benchmark(["--seconds=0.01", "--rounds=1", "--threads=1"])
+    output = capsys.readouterr().out
+    for batch in (1, 64):
+        for name in ("onnxruntime", "exported", "eager"):
+            assert re.search(rf"batch +{batch} +{name} ", output), output
+    last = output.strip().splitlines()[-1]
+    assert last == f"ratio {ratios['onnxruntime', 64]:.2f} (onnxruntime / eager, batch 64)" and ratios

@@ -1,9 +1,10 @@
-"""The command line: ``python -m proj {fit,validate,test,predict} --config A.yaml [--config B.yaml]``.
+"""The command line: ``python -m proj {fit,validate,test,predict,export} --config A.yaml [--config B.yaml]``.
 
 A thin ``LightningCLI``: every command starts from ``configs/defaults.yaml`` (the standard callbacks
 are keys of their own there, so a config changes one setting without restating a list), model and
 data are chosen by ``class_path``, the data module's facts are linked into the model, the resolved
 config is written into the run's own directory, and ``fit`` can finish by testing its best checkpoint.
+``export`` (``proj.export``) turns a checkpoint into files a deployment runs without the template.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
 from proj.errors import ShortErrorParser, named_refusals, reported_errors
+from proj.export import ExportingTrainer
 from proj.preflight import (
     check_config_files,
     check_defaults,
@@ -90,6 +92,7 @@ class ProjCLI(LightningCLI):
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
+            trainer_class=ExportingTrainer,
             subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_callback=RunConfigSaver,
@@ -111,7 +114,7 @@ class ProjCLI(LightningCLI):
         """Only the subcommand the command line starts with, when it starts with one: building a
         subcommand's parser reads every class signature it may take (a tenth of a second each), and
         a command runs one. ``--help``, a misspelt subcommand or an option first get them all."""
-        every = LightningCLI.subcommands()
+        every = {**LightningCLI.subcommands(), "export": {"model", "datamodule"}}
         first = self.command_line[:1] if isinstance(self.command_line, (list, tuple)) else []
         return {name: every[name] for name in first if name in every} or every
 
@@ -135,6 +138,7 @@ class ProjCLI(LightningCLI):
         for fact, target in [
             ("num_classes", "model.init_args.num_classes"),
             ("num_classes", f"{net}.num_classes"),
+            ("classes", "model.init_args.classes"),
             ("input_shape", f"{net}.input_shape"),
             ("vocab", "model.init_args.vocab"),
             ("vocab_size", f"{net}.vocab_size"),
@@ -160,6 +164,10 @@ class ProjCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if self.subcommand == "export" and "compile" in config.model.get("init_args", {}):
+            # torch.export traces the network's own code; compiling is how training runs it, and the
+            # in-place compile keeps parameter names, so the checkpoint loads either way.
+            config.model.init_args.compile = False
         with named_refusals(config):
             super().instantiate_classes()
         check_monitors(self.monitors(), self.model)

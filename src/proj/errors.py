@@ -2,9 +2,10 @@
 traceback from deep inside Lightning or jsonargparse, and no run directory left behind.
 
 A refused setting exits with status 2. A run directory another process holds, a lost peer of a
-distributed job, or a run that diverged exits with 1; the last keeps its run directory, whose
-checkpoints are from before the divergence. ``PROJ_DEBUG=1`` shows the traceback as well (and raises
-the error as it was), as for a bug; anything that is no user error keeps its traceback always.
+distributed job, a run that diverged, or an export whose artifacts fail their check exits with 1;
+a diverged run keeps its run directory, whose checkpoints are from before the divergence.
+``PROJ_DEBUG=1`` shows the traceback as well (and raises the error as it was), as for a bug;
+anything that is no user error keeps its traceback always.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from proj.export import ExportCheckError
 from proj.preflight import ConfigError
 from proj.reliability.divergence import DivergenceError
 from proj.runs import RunInUseError, RunLock
@@ -46,7 +48,7 @@ def reported_errors() -> Iterator[None]:
     except RunInUseError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    except DivergenceError as error:
+    except (DivergenceError, ExportCheckError) as error:
         if debugging():
             raise
         print(f"error: {error}", file=sys.stderr)

@@ -289,6 +289,13 @@ def refused_pickle(checkpoint: str, error: pickle.UnpicklingError) -> ConfigErro
 def check_weights(checkpoint: object, field: str, path: str) -> None:
     """A loaded checkpoint must be a Lightning one (a ``state_dict``) whose weights are finite."""
     state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    bare = isinstance(checkpoint, dict) and checkpoint and state is None
+    if bare and all(isinstance(value, torch.Tensor) for value in checkpoint.values()):
+        raise ConfigError(
+            f"{field}: '{path}' holds bare weights (a state_dict saved on its own), not a Lightning "
+            "checkpoint with the hyperparameters that rebuild its model. Pass a checkpoint written by "
+            "`fit` (runs/<experiment>/<version>/checkpoints/)."
+        )
     if not isinstance(state, dict) or not isinstance(checkpoint.get("hyper_parameters", {}), dict):
         raise ConfigError(
             f"{field}: '{path}' holds no state_dict, so it is no Lightning checkpoint. Pass a "

@@ -82,7 +82,8 @@ class ClassPredictionWriter(PredictionFileWriter):
 
     The identifier is the sample's index in the predict split (column ``index``), or its file name
     (column ``file``) when the data module predicts on files and lists them in ``predict_files``.
-    Classes are named by the data module's ``classes`` where it has them.
+    Classes are named as the checkpoint names them (``ImageClassifier.classes``), else by the data
+    module's ``classes`` where it has them.
     """
 
     suffix = ".csv"
@@ -103,7 +104,8 @@ class ClassPredictionWriter(PredictionFileWriter):
 
     def write(self, trainer: Trainer, file: IO[str], rows: list[tuple[int, int, float]]) -> None:
         files = getattr(trainer.datamodule, "predict_files", None)
-        classes = getattr(trainer.datamodule, "classes", None)
+        named = getattr(trainer.lightning_module, "classes", None)
+        classes = named or getattr(trainer.datamodule, "classes", None)
         out = csv.writer(file)
         out.writerow(["file" if files else "index", "class", "probability"])
         for index, pred, prob in rows:

@@ -28,7 +28,9 @@ class ImageClassifier(TaskModule):
 
     Metric names follow ``<stage>/<metric>`` (``train/loss``, ``val/acc``, ``test/f1``) plus
     ``val/acc_best``, the best validation accuracy so far, which checkpointing can monitor.
-    ``num_classes`` is linked from the data module by the CLI.
+    ``num_classes`` is linked from the data module by the CLI, and so are the class names,
+    ``classes``, where the data module has them (folder names for ``ImageFolderDataModule``): the
+    checkpoint keeps them, so ``predict`` and ``export`` name the classes without the data.
 
     Two methods are meant to be overridden, so that a variant is a subclass of a few lines rather
     than a copy: ``loss`` (every stage's loss: a focal loss is one method) and ``configure_metrics``
@@ -57,16 +59,20 @@ class ImageClassifier(TaskModule):
         label_smoothing: float = 0.0,
         compile: bool = False,
         log_pictures: bool = True,
+        classes: Sequence[str] | None = None,
     ) -> None:
         super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"model.label_smoothing must be in [0, 1] (0: none), got {label_smoothing}")
+        if classes is not None and len(classes) != num_classes:
+            raise ValueError(f"model.classes names {len(classes)} classes but num_classes is {num_classes}")
         self.save_plain_hyperparameters()
         # What to show is no property of the weights, and a checkpoint's hyperparameters override
         # the command line, so it stays out: `test --model.init_args.log_pictures=false` works.
         self.remove_ignored_hparams(["log_pictures"])
         self.log_pictures = log_pictures
         self.label_smoothing = label_smoothing
+        self.classes = None if classes is None else [str(name) for name in classes]
         metrics = self.configure_metrics()
         self.train_metrics, self.val_metrics, self.test_metrics = (
             metrics.clone(prefix=f"{stage}/") for stage in ("train", "val", "test")
@@ -238,7 +244,8 @@ class ImageClassifier(TaskModule):
         if not self.trainer.is_global_zero:
             return
         datamodule = self.trainer.datamodule
-        classes = list(getattr(datamodule, "classes", None) or range(self.hparams.num_classes))
+        classes = self.classes or getattr(datamodule, "classes", None) or range(self.hparams.num_classes)
+        classes = list(classes)
         figure = Figure(figsize=(6, 6), layout="constrained")
         confusion.plot(matrix, ax=figure.subplots(), labels=classes)
         log_picture(self.loggers, f"{stage}/confusion_matrix", figure, self.global_step)

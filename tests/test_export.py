@@ -1,0 +1,284 @@
+"""`python -m proj export`: artifacts that compute what their checkpoint computes, on the test split,
+and that run without the template: through onnxruntime, `torch.export.load` and the examples."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+from PIL import Image
+
+from conftest import ROOT, TINY_FIT, config
+from proj.cli import main
+from proj.data import DigitsDataModule
+from proj.models import ImageClassifier, LanguageModel
+from proj.nets import MLP, TorchvisionNet
+
+EXAMPLES = ROOT / "examples"
+DIGITS = ("--config", config("digits.yaml"))
+VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 60
+TEXT = ("--config", config("shakespeare_char_cpu.yaml"), "--data.init_args.path=verse.txt")
+TINY_GPT = tuple(
+    f"--model.init_args.net.init_args.{k}={v}"
+    for k, v in {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}.items()
+)
+ONE_BATCH = ("--trainer.limit_train_batches=1", "--test_after_fit=false")
+BATCH_SIZES = (1, 7)
+
+
+def fit_and_export(*args: str, export: tuple[str, ...] = ()) -> tuple[Path, Path, str]:
+    """A tiny ``fit``, then ``export --ckpt_path last`` of it: the checkpoint, its export folder and
+    what export printed."""
+    fitted = main(["fit", *args, *TINY_FIT, *ONE_BATCH])
+    ckpt = (Path(fitted.trainer.checkpoint_callbacks[-1].dirpath) / "last.ckpt").resolve()
+    folder, printed = export_of(ckpt, *args, *export)
+    return ckpt, folder, printed
+
+
+def export_of(ckpt: Path, *args: str) -> tuple[Path, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["export", *args, f"--ckpt_path={ckpt}"])
+    printed = out.getvalue()
+    paths = re.findall(r"^Exported (.+)$", printed, re.M)
+    assert [Path(p).name for p in paths] == ["model.onnx", "model.pt2", "model.json"], printed
+    folder = Path(paths[0]).parent
+    assert folder == ckpt.resolve().parent.parent / "export" / ckpt.stem
+    return folder, printed
+
+
+def artifacts(folder: Path) -> dict:
+    """The exported model as onnxruntime and ``torch.export.load`` run it: logits for an input."""
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"))
+    program = torch.export.load(folder / "model.pt2").module()
+    name = session.get_inputs()[0].name
+    return {
+        "onnx": lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0]),
+        "pt2": lambda x: program(x).detach(),
+    }
+
+
+def assert_same_as_checkpoint(folder: Path, reference, inputs: torch.Tensor, model_inputs: torch.Tensor):
+    for name, run in artifacts(folder).items():
+        for size in BATCH_SIZES:
+            with torch.no_grad():
+                expected = reference(model_inputs[:size])
+            got = run(inputs[:size])
+            assert got.shape == expected.shape, name
+            assert (got - expected).abs().max().item() <= 1e-4, (name, size)
+            assert torch.equal(got.argmax(-1), expected.argmax(-1)), (name, size)
+
+
+def digits_test_split() -> tuple[torch.Tensor, torch.Tensor]:
+    """The digits test split as pixels in [0, 1] and as the model takes it (normalised)."""
+    data = DigitsDataModule()
+    data.setup("test")
+    images, labels = data.splits["test"].images, data.splits["test"].labels
+    normalised, _ = data.on_after_batch_transfer((images, labels), 0)
+    return images.float() / data.scale, normalised
+
+
+@pytest.fixture(scope="module")
+def digits_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("digits"))
+        return fit_and_export(*DIGITS)
+
+
+@pytest.fixture(scope="module")
+def text_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("text"))
+        Path("verse.txt").write_text(VERSE)
+        return fit_and_export(*TEXT, *TINY_GPT, "--model.init_args.num_samples=0")
+
+
+def variant(ckpt: Path, path: Path, net: dict | None = None, state: dict | None = None, **hparams) -> Path:
+    """A copy of checkpoint ``ckpt`` at ``path`` with another network (its config and weights, the
+    keys ``fit`` would save) or other hyperparameters."""
+    checkpoint = torch.load(ckpt, weights_only=True)
+    if net is not None:
+        hparams["net"] = net
+    if state is not None:
+        kept = {key: value for key, value in checkpoint["state_dict"].items() if not key.startswith("net.")}
+        checkpoint["state_dict"] = {**kept, **{f"net.{key}": value for key, value in state.items()}}
+    checkpoint["hyper_parameters"].update(hparams)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
+    return path
+
+
+def test_help_lists_export(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert re.search(r"^\s+export\s+Export a checkpoint for deployment", capsys.readouterr().out, re.M)
+
+
+@pytest.mark.slow
+def test_digits_export_equals_the_checkpoint_and_describes_it(digits_export):
+    ckpt, folder, printed = digits_export
+    pixels, normalised = digits_test_split()
+    reference = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    assert_same_as_checkpoint(folder, reference, pixels, normalised)
+    # The self-check's figures, printed and kept.
+    for name in ("onnx", "pt2"):
+        assert re.search(rf"^Check {name}: max \|Δlogit\| \S+, argmax agreement 100\.00%", printed, re.M)
+    spec = json.loads((folder / "model.json").read_text())
+    assert spec["classes"] == list("0123456789")
+    assert spec["input"] == {
+        "name": "pixels",
+        "shape": ["N", 1, 8, 8],
+        "dtype": "float32",
+        "range": [0.0, 1.0],
+    }
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["hyper_parameters"]["classes"] == tuple("0123456789"), "the checkpoint names its classes"
+    assert spec["checkpoint"] == {
+        "path": str(ckpt.resolve()),
+        "step": saved["global_step"],
+        "epoch": saved["epoch"],
+        "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest(),
+    }
+    assert spec["versions"]["torch"] == torch.__version__ and spec["versions"]["proj"]
+    assert spec["check"]["onnx"]["max_abs_logit_difference"] <= 1e-4
+    assert spec["check"]["pt2"]["argmax_agreement"] == 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MLP", "TorchvisionNet"])
+def test_other_image_networks_export(name, digits_export, workdir):
+    # Their checkpoints as `fit` writes them, with freshly initialised weights (training a resnet18
+    # on a CPU for a test would cost minutes and change nothing the export does).
+    torch.manual_seed(0)
+    if name == "MLP":
+        net, init_args = MLP(10, (1, 8, 8)), {}
+    else:
+        init_args = {"name": "resnet18", "weights": None}
+        net = TorchvisionNet(num_classes=10, input_shape=(1, 8, 8), **init_args)
+    facts = {"num_classes": 10, "input_shape": [1, 8, 8]}  # linked from the data, as fit saves them
+    spec = {"class_path": f"proj.nets.{name}", "init_args": {**facts, **init_args}}
+    ckpt = variant(digits_export[0], workdir / "checkpoints" / f"{name}.ckpt", spec, net.state_dict())
+    options = [f"--model.init_args.net=proj.nets.{name}"]
+    options += [f"--model.init_args.net.init_args.{k}={v}" for k, v in init_args.items()]
+    folder, _ = export_of(ckpt, *DIGITS, *options)
+    pixels, normalised = digits_test_split()
+    reference = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    assert type(reference.net) is type(net)
+    assert_same_as_checkpoint(folder, reference, pixels, normalised)
+
+
+@pytest.mark.slow
+def test_gpt_export_equals_the_checkpoint_at_any_length(text_export):
+    ckpt, folder, _ = text_export
+    reference = LanguageModel.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    spec = json.loads((folder / "model.json").read_text())
+    assert spec["vocab"] == reference.vocab and spec["input"]["max_T"] == 32
+    tokens = reference.tokenizer.encode(VERSE[-1000:])
+    windows = tokens[: 7 * 32].view(7, 32)
+    for length in (1, 17, 32):
+        cut = windows[:, :length]
+        assert_same_as_checkpoint(folder, reference, cut, cut)
+
+
+@pytest.mark.slow
+def test_a_compiled_network_exports(digits_export, workdir):
+    # A compiled run's checkpoint: the same weights and keys (the network compiles in place), with
+    # `compile: true` among its hyperparameters, which rebuild the model for export.
+    ckpt, _, _ = digits_export
+    compiled = variant(ckpt, workdir / "checkpoints" / "compiled.ckpt", compile=True)
+    folder, _ = export_of(compiled, *DIGITS)
+    pixels, normalised = digits_test_split()
+    reference = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    assert_same_as_checkpoint(folder, reference, pixels, normalised)
+
+
+@pytest.mark.slow
+def test_an_export_that_computes_otherwise_fails_its_check(digits_export, workdir, capsys, monkeypatch):
+    ckpt, _, _ = digits_export
+    checkpoint = torch.load(ckpt, weights_only=True)
+    net = {**checkpoint["hyper_parameters"]["net"], "class_path": "probes.ExportsOtherwise"}
+    variant(ckpt, workdir / "checkpoints" / "other.ckpt", net)
+    monkeypatch.delenv("PROJ_DEBUG", raising=False)
+    args = [
+        "export",
+        *DIGITS,
+        "--model.init_args.net=probes.ExportsOtherwise",
+        "--ckpt_path=checkpoints/other.ckpt",
+    ]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    assert re.search(r"^Check pt2: max \|Δlogit\| 1\.00e-03", captured.out, re.M), captured.out
+    assert "error: the exported model.pt2 differs from the checkpoint by up to 0.001" in captured.err
+    assert "Traceback" not in captured.err
+    assert not (workdir / "export").exists() or not any((workdir / "export").rglob("*")), "nothing kept"
+
+
+@pytest.mark.slow
+def test_artifacts_and_examples_run_without_the_template(digits_export, text_export, workdir):
+    """Each example as a deployment runs it, in one fresh process that never imports the template
+    or Lightning; their answers match the checkpoint's."""
+    _, digits, _ = digits_export
+    ckpt, text, _ = text_export
+    pixels, _ = digits_test_split()
+    files = []
+    for index in range(3):
+        # Each digit drawn 4 times larger, as a 0-255 PNG: the examples shrink it back by averaging.
+        image = (pixels[index, 0].numpy() * 255).round().astype(np.uint8)
+        files.append(str(workdir / f"digit{index}.png"))
+        Image.fromarray(image).resize((32, 32), Image.NEAREST).save(files[-1])
+    runs = [
+        ("classify_image.py", [str(digits), files[0]]),
+        ("predict_pt2.py", [str(digits), *files]),
+        ("generate_text.py", [str(text), "Shall", "40", "0"]),
+    ]
+    driver = f"""
+import contextlib, io, json, runpy, sys
+outputs = []
+for script, argv in {[(str(EXAMPLES / s), a) for s, a in runs]!r}:
+    sys.argv = [script, *argv]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(script, run_name="__main__")
+    outputs.append(out.getvalue())
+imported = sorted(m for m in sys.modules if m.split(".")[0] in ("proj", "lightning", "pytorch_lightning"))
+print(json.dumps({{"outputs": outputs, "imported": imported}}))
+"""
+    result = subprocess.run([sys.executable, "-c", driver], cwd=workdir, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["imported"] == []
+    classify, predict, generate = report["outputs"]
+
+    # The PNGs hold the pixels to 8 bits: the checkpoint is asked about the same 8-bit pixels.
+    reference = ImageClassifier.load_from_checkpoint(digits_export[0], map_location="cpu").eval()
+    eight_bit = (pixels[:3] * 255).round() / 255
+    data = DigitsDataModule()
+    mean, std = data.normalisation(torch.device("cpu"))
+    with torch.no_grad():
+        probs = reference((eight_bit - mean) / std).softmax(-1)
+    expected = [f"{p.argmax().item()} {p.max().item():.4f}" for p in probs]
+    assert classify.strip() == expected[0]
+    assert predict.strip().splitlines() == [f"{f} {e}" for f, e in zip(files, expected, strict=True)]
+    model = LanguageModel.load_from_checkpoint(ckpt, map_location="cpu")
+    assert generate.strip() == model.generate("Shall", 40, temperature=0).strip()
+
+
+@pytest.mark.parametrize("example", ["classify_image.py", "generate_text.py", "predict_pt2.py"])
+def test_readme_shows_each_example_as_it_is(example):
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(rf"<!-- example: examples/{example} -->\n```python\n(.*?\n)```", readme, re.S)
+    assert block and block.group(1) == (EXAMPLES / example).read_text()
+    limit = {"classify_image.py": 20, "generate_text.py": 25}.get(example)
+    assert limit is None or len(block.group(1).splitlines()) <= limit
