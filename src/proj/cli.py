@@ -40,7 +40,7 @@ from proj.preflight import (
     check_weights_only,
 )
 from proj.reliability import guard_checkpoints
-from proj.runs import RunConfigSaver, RunLock, claim_run_directory, resolve_checkpoint
+from proj.runs import KeptMetrics, RunConfigSaver, RunLock, claim_run_directory, resolve_checkpoint
 
 DEFAULT_SEED = 42
 
@@ -150,12 +150,15 @@ class ProjCLI(LightningCLI):
         check_model_fits_data(config, parser)
         check_seed(config, parser)
         self.checkpoint = None  # --ckpt_path's file, read once here for the checks
+        self.resumed_step = None  # the optimizer step a resumed `fit` starts from
         if subcommand:
             check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
+            if subcommand == "fit" and self.checkpoint is not None:
+                self.resumed_step = self.checkpoint.get("global_step")
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -207,6 +210,15 @@ class ProjCLI(LightningCLI):
             rank_zero_info(f"Last checkpoint: {last}")
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
+        if trainer.global_step == self.resumed_step:
+            # A finished run resumed (a job script's `--ckpt_path auto` run again): testing the same
+            # weights again would only add a copy of the run's test to its logs.
+            rank_zero_info(
+                "Nothing to train: the checkpoint is where this run ends, so it is not tested again. "
+                "Raise trainer.max_epochs (or trainer.max_steps) to train further; "
+                "`test --ckpt_path best` tests its best checkpoint again."
+            )
+            return
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
 
 
@@ -231,10 +243,14 @@ def config_paths(args: ArgsType) -> list[str]:
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
     """Entry point for ``python -m proj`` and for tests and notebooks (``main(["fit", ...])``)."""
+    failed = True
     try:
         with reported_errors():
-            return ProjCLI(args=args, run=run)
+            cli = ProjCLI(args=args, run=run)
+        failed = False
+        return cli
     finally:
+        KeptMetrics.settle(failed)
         RunLock.release_all()
         # Torn down here rather than by the interpreter's exit, where gloo's threads can abort
         # the process ("terminate called without an active exception") after a finished run.

@@ -31,7 +31,8 @@ from proj.preflight import check_ckpt_path
 
 METRICS_FILE = "metrics.csv"
 # metrics.csv is moved here while a command takes over its run directory, and written back from it:
-# Lightning's CSV logger deletes an existing metrics.csv when it opens the folder.
+# Lightning's CSV logger deletes an existing metrics.csv when it opens the folder. It stays until the
+# command ends, so that a command that fails can put the file back as it was.
 METRICS_ASIDE = ".metrics.csv.resume"
 LOCK_FILE = ".lock"
 
@@ -231,30 +232,64 @@ class RunLock:
 
 
 def remove_stale_temporaries(run: Path) -> None:
-    """Checkpoint saves that a killed process left half-written (``AtomicCheckpointIO``'s
-    ``.<name>.<pid>.tmp``). Only called while holding the run's lock, so no save is under way."""
-    for stale in (run / "checkpoints").glob(".*.tmp"):
+    """Files that a killed process left half-written: checkpoint saves (``AtomicCheckpointIO``'s
+    ``.<name>.<pid>.tmp``), predictions and rewritten ``metrics.csv`` (the same names, in the run
+    directory). Only called while holding the run's lock, so no write is under way."""
+    for stale in [*run.glob(".*.tmp"), *(run / "checkpoints").glob(".*.tmp")]:
         stale.unlink(missing_ok=True)
 
 
 def take_metrics_aside(run: Path) -> Path | None:
-    """Move ``metrics.csv`` out of the CSV logger's way before it opens the folder.
+    """Move ``metrics.csv`` out of the CSV logger's way before it opens the folder, and keep it
+    there until the command ends (``KeptMetrics``): a command that fails puts it back.
 
-    An aside file left by an earlier command that died before writing the rows back is the
-    complete copy, so it wins over a ``metrics.csv`` that may be half-written.
+    An aside file left by an earlier command means that command died: it is the complete copy and
+    wins over the ``metrics.csv`` the dead command wrote, unless that command had written a
+    checkpoint, which holds its rows (a resume drops the ones after it).
     """
     current, aside = run / METRICS_FILE, run / METRICS_ASIDE
-    if aside.is_file():
+    if aside.is_file() and not checkpointed_since(aside):
         current.unlink(missing_ok=True)
     elif current.is_file():
         os.replace(current, aside)
-    else:
+    elif not aside.is_file():
         return None
+    # Its time marks when this command took the run over: the checkpoints written later are its own.
+    os.utime(aside)
+    KeptMetrics.asides.append(aside)
     return aside
 
 
+def checkpointed_since(aside: Path) -> bool:
+    """Whether a checkpoint of the run was written after ``aside`` was taken aside."""
+    taken = aside.stat().st_mtime_ns
+    return any(p.stat().st_mtime_ns > taken for p in (aside.parent / "checkpoints").glob("*.ckpt"))
+
+
+class KeptMetrics:
+    """The ``metrics.csv`` files this process took aside, each kept until its command ends.
+
+    A command that succeeded, or failed after writing a checkpoint, keeps the rows it added; any
+    other failed command (a resume refused at start, an unwritable or full checkpoint folder) puts
+    the file back byte for byte, so it leaves no row of an epoch that no checkpoint holds.
+    """
+
+    asides: ClassVar[list[Path]] = []
+
+    @classmethod
+    def settle(cls, failed: bool) -> None:
+        for aside in cls.asides:
+            if not aside.is_file():
+                continue
+            if failed and not checkpointed_since(aside):
+                os.replace(aside, aside.with_name(METRICS_FILE))
+            else:
+                aside.unlink()
+        cls.asides.clear()
+
+
 def restore_metrics(logger: CSVLogger, aside: Path) -> None:
-    """Write every row of ``aside`` into the logger's new ``metrics.csv``, then drop ``aside``.
+    """Write every row of ``aside`` into the logger's new ``metrics.csv``.
 
     All of them: a resumed run that fails to start must leave them all. The rows its checkpoint
     had not seen go once the resumed run starts training (``rows_before``).
@@ -265,7 +300,6 @@ def restore_metrics(logger: CSVLogger, aside: Path) -> None:
         step = int(row.pop("step"))
         logger.log_metrics({k: _number(v) for k, v in row.items() if v not in ("", None)}, step=step)
     logger.save()
-    aside.unlink()
 
 
 def rewrite_rows(logger: CSVLogger, keep: Callable[[list[dict[str, str]]], list[dict[str, str]]]) -> None:
@@ -290,8 +324,15 @@ def rewrite_rows(logger: CSVLogger, keep: Callable[[list[dict[str, str]]], list[
 
 def rows_before(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
     """Rows logged before optimizer step ``step``: a checkpoint at ``global_step == step`` has seen
-    them; the run that resumes it logs the later ones again."""
-    return lambda rows: [row for row in rows if int(row["step"]) < step]
+    them; the run that resumes it logs the later ones again. Test rows stay wherever they are: no
+    training logs them again (a finished run's test, resumed to train longer)."""
+    return lambda rows: [row for row in rows if int(row["step"]) < step or tested(row)]
+
+
+def tested(row: dict[str, str]) -> bool:
+    """Whether a row holds test metrics only (beside its step and epoch)."""
+    names = [name for name, value in row.items() if value and name not in ("step", "epoch")]
+    return bool(names) and all(name.startswith("test/") for name in names)
 
 
 def without_repeats(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
