@@ -8,6 +8,8 @@ import signal as signal_module
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from proj.callbacks import ClassPredictionWriter
+
 
 class KillAtStep(Callback):
     """SIGKILLs its own process (``group``: its whole process group, every DDP rank; ``rank``: on
@@ -51,3 +53,13 @@ class TouchAtStep(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
         if trainer.global_step == self.step and trainer.is_global_zero:
             open(self.path, "w").close()
+
+
+class KillWhileWriting(ClassPredictionWriter):
+    """Writes half of ``predictions.csv``, flushes it, then SIGKILLs its own process: ``predict``
+    killed mid-write."""
+
+    def write(self, trainer: Trainer, file, rows: list[tuple[int, int, float]]) -> None:
+        super().write(trainer, file, rows[: len(rows) // 2])
+        file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
