@@ -310,3 +310,13 @@ def test_the_readme_environment_works_in_a_fresh_shell(workdir):
     result = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "class_path: proj.models.ImageClassifier" in result.stdout
+
+
+@pytest.mark.slow
+def test_early_stopping_says_why_and_where_it_stopped(workdir, caplog):
+    # Any value is an improvement on the first validation's (inf), none after it is by 100.
+    patience = ("--early_stopping.patience=1", "--early_stopping.min_delta=100", "--trainer.max_epochs=30")
+    cli = fit("digits.yaml", extra=(*TINY_FIT, *patience, "--test_after_fit=false"))
+    assert cli.trainer.global_step == 4, "precondition: stopped after two epochs of two steps"
+    assert "Early stopping: Monitored metric val/loss did not improve in the last 1 records." in caplog.text
+    assert "Stopped in epoch 2 of 30 (step 4); --early_stopping.patience sets" in caplog.text

@@ -208,6 +208,8 @@ class ProjCLI(LightningCLI):
             rank_zero_info(f"Best checkpoint: {best}")
         for last in sorted(lasts):
             rank_zero_info(f"Last checkpoint: {last}")
+        for stopped in early_stops(trainer):
+            rank_zero_info(stopped)
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
         if trainer.global_step == self.resumed_step:
@@ -220,6 +222,29 @@ class ProjCLI(LightningCLI):
             )
             return
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def early_stops(trainer: Trainer) -> list[str]:
+    """Why early stopping ended this ``fit``, and where: Lightning says so only with ``verbose``,
+    which also prints every improvement."""
+    if not trainer.should_stop:
+        return []
+    lines = []
+    for callback in trainer.early_stopping_callbacks:
+        if not callback.stopping_reason_message:
+            continue
+        if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+            where = (
+                f"in epoch {callback.stopped_epoch + 1} of {trainer.max_epochs} (step {trainer.global_step})"
+            )
+        else:
+            where = f"at step {trainer.global_step} of {trainer.max_steps}"
+        reason = callback.stopping_reason_message.removesuffix(" Signaling Trainer to stop.")
+        lines.append(
+            f"Early stopping: {reason} Stopped {where}; --early_stopping.patience sets how many "
+            "validations it waits for an improvement."
+        )
+    return lines
 
 
 def defaults_for(subcommands: dict | None) -> dict:
