@@ -320,3 +320,16 @@ def test_early_stopping_says_why_and_where_it_stopped(workdir, caplog):
     assert cli.trainer.global_step == 4, "precondition: stopped after two epochs of two steps"
     assert "Early stopping: Monitored metric val/loss did not improve in the last 1 records." in caplog.text
     assert "Stopped in epoch 2 of 30 (step 4); --early_stopping.patience sets" in caplog.text
+
+
+def test_a_resume_names_the_settings_its_checkpoint_overrides(run_copy):
+    new_lr = "--model.init_args.optimizer.init_args.lr=0.0001"
+    saved = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]
+    with pytest.warns(UserWarning, match=r"ignored: model\.init_args\.optimizer\.init_args\.lr=0\.0001 "
+                      r"\(the checkpoint's 0\.05 is used\)\..*start a new run") as caught:  # fmt: skip
+        cli = fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last", new_lr))
+    assert len([w for w in caught if "were ignored" in str(w.message)]) == 1
+    # What the warning says is what ran: the model built with the checkpoint's rate, the optimizer
+    # restored at the rate its schedule had reached.
+    assert cli.model.hparams["optimizer"]["init_args"]["lr"] == 0.05
+    assert cli.trainer.optimizers[0].param_groups[0]["lr"] == saved["param_groups"][0]["lr"] != 0.0001

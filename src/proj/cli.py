@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
 from proj.errors import ShortErrorParser, named_refusals, reported_errors
@@ -40,7 +40,14 @@ from proj.preflight import (
     check_weights_only,
 )
 from proj.reliability import guard_checkpoints
-from proj.runs import KeptMetrics, RunConfigSaver, RunLock, claim_run_directory, resolve_checkpoint
+from proj.runs import (
+    KeptMetrics,
+    RunConfigSaver,
+    RunLock,
+    claim_run_directory,
+    ignored_model_settings,
+    resolve_checkpoint,
+)
 
 DEFAULT_SEED = 42
 
@@ -159,9 +166,16 @@ class ProjCLI(LightningCLI):
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")
+        # What the configs and flags say of the model, before Lightning replaces it by the
+        # checkpoint's hyperparameters.
+        self.given_model = config.model.clone() if self.checkpoint is not None else None
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if self.given_model is not None:
+            ignored = ignored_model_settings(self.given_model, config.model, self.subcommand)
+            if ignored:
+                rank_zero_warn(ignored)
         with named_refusals(config):
             super().instantiate_classes()
         checkpoint, self.checkpoint = self.checkpoint, None

@@ -434,6 +434,48 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     return checkpoint
 
 
+def ignored_model_settings(given: Any, used: Any, subcommand: str) -> str | None:
+    """What to say when the checkpoint's hyperparameters replaced model settings the configs or
+    flags gave (``given``: the model's config before, ``used``: after); None when none differ.
+
+    LightningCLI rebuilds the model from the hyperparameters stored in the ``--ckpt_path``
+    checkpoint, for every command, and a resumed ``fit`` then restores the optimizer's and the
+    scheduler's state as well (learning rate, weight decay, the schedule's base rates and length).
+    """
+    before, after = flat(given.as_dict(), "model"), flat(used.as_dict(), "model")
+    # Left unset (None): the facts the data module links in once the classes are built.
+    changed = [(k, v, after[k]) for k, v in before.items() if v is not None and after.get(k, v) != v]
+    if subcommand != "fit":  # what only training uses is no loss to an evaluation
+        changed = [
+            c
+            for c in changed
+            if not c[0].startswith(("model.init_args.optimizer", "model.init_args.scheduler"))
+        ]
+    if not changed:
+        return None
+    listed = "; ".join(f"{key}={old!r} (the checkpoint's {new!r} is used)" for key, old, new in changed)
+    message = (
+        f"--ckpt_path: the model is built from the checkpoint's own hyperparameters, so these settings "
+        f"were ignored: {listed}."
+    )
+    if subcommand != "fit":
+        return message
+    if "init_from" in (given.get("init_args") or {}):
+        how = (
+            "start a new run from them: --model.init_args.init_from=<the checkpoint> in place of --ckpt_path"
+        )
+    else:
+        how = f"start a new run ({given.get('class_path')} has no init_from to start from saved weights)"
+    return f"{message} Resuming continues the run as it was; to train its weights with other settings, {how}."
+
+
+def flat(tree: Any, prefix: str) -> dict[str, Any]:
+    """A nested mapping's leaves by dotted key."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    return {k: v for name, sub in tree.items() for k, v in flat(sub, f"{prefix}.{name}").items()}
+
+
 def claim_run_directory(trainer: Trainer) -> None:
     """Hold the run directory for this process, clear what a killed process left half-done there,
     and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
