@@ -9,6 +9,7 @@ config is written into the run's own directory, and ``fit`` can finish by testin
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -46,10 +47,15 @@ from proj.runs import (
     RunLock,
     claim_run_directory,
     ignored_model_settings,
+    logger_kind,
     resolve_checkpoint,
 )
 
 DEFAULT_SEED = 42
+
+# Seconds between W&B's writes of the run's .wandb file (wandb.Settings.x_transaction_log_flush_interval),
+# which is what a killed run's history loses at most. Set it to choose another.
+WANDB_FLUSH_INTERVAL = "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"
 
 # What every experiment starts from, read before any --config: the repository's configs/defaults.yaml.
 DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
@@ -163,6 +169,10 @@ class ProjCLI(LightningCLI):
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
+            if logger_kind(config) == "wandb":
+                # W&B's service writes the run's .wandb file every 15 s by default, and a killed run
+                # loses what it had not written (a run killed in its first 15 s: all of it).
+                os.environ.setdefault(WANDB_FLUSH_INTERVAL, "1")
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")

@@ -23,7 +23,7 @@ import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.logger_media import upload_config, upload_config_to_mlflow
@@ -431,7 +431,24 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
+        if version is not None and not evaluating and logs_to_tensorboard(config):
+            # TensorBoard's own remedy for a resumed run: its reader drops the events from this step
+            # on that the killed run wrote, which the resumed one writes again.
+            logger = config.trainer.logger
+            logger.dict_kwargs = {
+                **(logger.get("dict_kwargs") or {}),
+                "purge_step": checkpoint["global_step"],
+            }
     return checkpoint
+
+
+def logs_to_tensorboard(config: Any) -> bool:
+    logger = config.trainer.get("logger")
+    class_path = logger.get("class_path") if hasattr(logger, "get") else None
+    if not class_path:
+        return False
+    module, name = class_path.rsplit(".", 1)
+    return issubclass(getattr(importlib.import_module(module), name), TensorBoardLogger)
 
 
 def ignored_model_settings(given: Any, used: Any, subcommand: str) -> str | None:
