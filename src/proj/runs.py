@@ -89,13 +89,20 @@ def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
 def logger_kind(config) -> str | None:
     """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
     and share a folder with other experiments' runs; None for the others."""
+    cls = logger_class(config)
+    if cls is None:
+        return None
+    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
+
+
+def logger_class(config) -> type | None:
+    """The class of the configured logger, None without one."""
     logger = config.trainer.get("logger")
     class_path = logger.get("class_path") if hasattr(logger, "get") else None
     if not class_path:
         return None
     module, name = class_path.rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name)
-    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
+    return getattr(importlib.import_module(module), name)
 
 
 def same_experiment(run: Path, config) -> bool:
@@ -431,7 +438,8 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
-        if version is not None and not evaluating and logs_to_tensorboard(config):
+        tensorboard = issubclass(logger_class(config) or object, TensorBoardLogger)
+        if version is not None and not evaluating and tensorboard:
             # TensorBoard's own remedy for a resumed run: its reader drops the events from this step
             # on that the killed run wrote, which the resumed one writes again.
             logger = config.trainer.logger
@@ -440,15 +448,6 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
                 "purge_step": checkpoint["global_step"],
             }
     return checkpoint
-
-
-def logs_to_tensorboard(config: Any) -> bool:
-    logger = config.trainer.get("logger")
-    class_path = logger.get("class_path") if hasattr(logger, "get") else None
-    if not class_path:
-        return False
-    module, name = class_path.rsplit(".", 1)
-    return issubclass(getattr(importlib.import_module(module), name), TensorBoardLogger)
 
 
 def ignored_model_settings(given: Any, used: Any, subcommand: str) -> str | None:
