@@ -5,24 +5,30 @@ from __future__ import annotations
 import os
 import signal
 import signal as signal_module
+import time
 
 from lightning.pytorch import Callback, LightningModule, Trainer
+
+from proj.callbacks import ClassPredictionWriter
 
 
 class KillAtStep(Callback):
     """SIGKILLs its own process (``group``: its whole process group, every DDP rank; ``rank``: on
     that rank only) as the batch after optimizer step ``step`` begins: no handler runs, nothing is
-    flushed, as when a node dies or the OOM killer strikes."""
+    flushed, as when a node dies or the OOM killer strikes. ``wait`` seconds pass first: time for
+    what runs beside training (a logger's own process) to do its periodic work."""
 
-    def __init__(self, step: int, group: bool = False, rank: int | None = None) -> None:
+    def __init__(self, step: int, group: bool = False, rank: int | None = None, wait: float = 0.0) -> None:
         self.step = step
         self.group = group
         self.rank = rank
+        self.wait = wait
 
     def on_train_batch_start(
         self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int
     ) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
+            time.sleep(self.wait)
             if self.group:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -51,3 +57,13 @@ class TouchAtStep(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
         if trainer.global_step == self.step and trainer.is_global_zero:
             open(self.path, "w").close()
+
+
+class KillWhileWriting(ClassPredictionWriter):
+    """Writes half of ``predictions.csv``, flushes it, then SIGKILLs its own process: ``predict``
+    killed mid-write."""
+
+    def write(self, trainer: Trainer, file, rows: list[tuple[int, int, float]]) -> None:
+        super().write(trainer, file, rows[: len(rows) // 2])
+        file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)

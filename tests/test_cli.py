@@ -127,6 +127,25 @@ def test_module_rebuilds_from_checkpoint_alone(workdir):
 
 
 @pytest.mark.slow
+def test_load_from_checkpoint_never_runs_code_from_the_file(workdir, monkeypatch):
+    """The Python API refuses what the CLI refuses, whatever asks torch to unpickle in full."""
+    from bad_inputs import MARKER, with_payload
+    from proj.models import ImageClassifier
+
+    fit("digits.yaml", extra=(*TINY_FIT, "--test_after_fit=false"))
+    last = Path("runs/digits/version_0/checkpoints/last.ckpt")
+    crafted = workdir / "crafted.ckpt"
+    torch.save(with_payload(torch.load(last, weights_only=True)), crafted)
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(ValueError, match=r"'.*crafted.ckpt' holds pickled objects that `weights_only=True`"):
+        ImageClassifier.load_from_checkpoint(crafted)
+    with pytest.raises(ValueError, match=r"weights_only=False.*loads checkpoints with weights only"):
+        ImageClassifier.load_from_checkpoint(crafted, weights_only=False)
+    assert not Path(MARKER).exists(), "the checkpoint's code ran"
+    assert ImageClassifier.load_from_checkpoint(last)(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+
+
+@pytest.mark.slow
 def test_wandb_runs_each_get_their_own_config(workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", "300")

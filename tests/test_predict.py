@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,7 @@ from PIL import Image
 
 from conftest import TINY_FIT, config, fit, small_gpt
 from proj.callbacks import PredictionFileWriter
-from proj.callbacks.prediction_writer import new_file
+from proj.callbacks.prediction_writer import write_new_file
 from proj.cli import main
 
 QUIET = ("--trainer.enable_progress_bar=false",)
@@ -114,11 +116,29 @@ def test_a_second_predict_into_the_same_run_writes_a_new_file(tiny_checkpoint, w
 
 
 def test_new_file_never_reuses_a_name(tmp_path):
-    names = []
-    for _ in range(3):
-        with new_file(tmp_path / "run", "predictions", ".csv") as f:
-            names.append(Path(f.name).name)
+    names = [write_new_file(tmp_path / "run", "predictions", ".csv", print).name for _ in range(3)]
     assert names == ["predictions.csv", "predictions-1.csv", "predictions-2.csv"]
+
+
+@pytest.mark.slow
+def test_a_predict_killed_while_writing_leaves_no_partial_file(tiny_checkpoint, workdir):
+    """A real SIGKILL halfway through the rows: the earlier complete file stays as it was, and the
+    killed command's file does not appear at all."""
+    same_run = "--trainer.logger.init_args.version=7"
+    first = written(predict_digits(tiny_checkpoint, same_run))
+    before = first.read_bytes()
+    overlay = workdir / "killed.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n    - class_path: faults.KillWhileWriting\n")
+    command = [sys.executable, "-m", "proj", "predict", "--config", config("digits.yaml"), "--config",
+               str(overlay), f"--ckpt_path={tiny_checkpoint}", same_run, *QUIET]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert sorted(p.name for p in first.parent.glob("predictions*")) == ["predictions.csv"]
+    assert first.read_bytes() == before
+    # The next command on the run clears what the killed one left, and writes its file whole.
+    assert written(predict_digits(tiny_checkpoint, same_run)).read_bytes() == before
+    assert sorted(p.name for p in first.parent.iterdir() if p.name.endswith(".tmp")) == []
 
 
 def write_digit_files(folder: Path, images: torch.Tensor) -> list[str]:

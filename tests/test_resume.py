@@ -169,3 +169,39 @@ def test_each_safeguard_is_switched_off_by_its_key(workdir):
     assert type(cli.trainer.strategy.checkpoint_io) is TorchCheckpointIO
     saved = torch.load(Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 2 and "rng_states" not in saved
+
+
+def scalar_steps(events: Path) -> dict[str, list[int]]:
+    """The steps of every scalar TensorBoard shows from ``events`` (a file, or a run's folder)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reader = EventAccumulator(str(events))
+    reader.Reload()
+    return {tag: [event.step for event in reader.Scalars(tag)] for tag in reader.Tags()["scalars"]}
+
+
+@pytest.mark.slow
+def test_tensorboard_shows_each_step_once_after_a_kill_and_resume(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(
+        "trainer:\n  max_steps: 14\n  log_every_n_steps: 1\n  limit_val_batches: 1\n"
+        "  enable_progress_bar: false\n  callbacks+:" + step_checkpoints(4)
+    )
+    killed = tmp_path / "killed.yaml"
+    killed.write_text("trainer:\n  callbacks+:" + kill_at(10))
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    configs = ("digits.yaml", "logger/tensorboard.yaml", str(overlay))
+    command = [sys.executable, "-m", "proj", "fit", *(f"--config={config(c)}" for c in configs)]
+    command.append("--test_after_fit=false")
+    first = subprocess.run([*command, "--config", str(killed)], cwd=tmp_path, env=env, capture_output=True)
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    run = tmp_path / "runs" / "digits" / "version_0"
+    (written,) = run.glob("events.out.tfevents.*")
+    assert max(scalar_steps(written)["train/loss"]) >= 8, "precondition: events after the step-8 checkpoint"
+    resumed = subprocess.run([*command, "--ckpt_path=last"], cwd=tmp_path, env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    shown = scalar_steps(run)
+    assert shown["train/loss"] == list(range(14)), "every step once, none lost"
+    # `epoch` goes with each call that logs (the epoch's and the validation's metrics share a step).
+    repeated = {tag: steps for tag, steps in shown.items() if tag != "epoch" and len(set(steps)) < len(steps)}
+    assert repeated == {}

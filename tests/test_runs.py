@@ -4,16 +4,20 @@ run wrote is lost when a command resumes, fails, or meets another one in the sam
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ROOT, TINY_FIT, config, fit, small_gpt
+from conftest import ROOT, TINY_FIT, config, fit, kill_at, small_gpt
 from proj.cli import main
 
 RUN = Path("runs/digits/version_0")
@@ -123,13 +127,75 @@ def test_last_with_nothing_to_evaluate_says_to_fit_first(workdir, capsys):
 
 
 @pytest.mark.parametrize("how", ["last", pytest.param("auto", marks=SLOW)])
-def test_resuming_a_finished_run_keeps_its_metrics(how, run_copy):
-    before = rows(run_copy)
+def test_resuming_a_finished_run_keeps_its_metrics_and_does_not_test_again(how, run_copy, caplog):
+    before = (run_copy / "metrics.csv").read_bytes()
+    assert len(rows(run_copy)) == 17 and rows(run_copy)[-1]["test/acc"], "precondition: tested"
     fit("digits.yaml", extra=(*WORSENING, f"--ckpt_path={how}"))
-    after = rows(run_copy)
-    assert len(before) == 17 and after[:17] == before, "every row the finished run wrote"
-    assert [row["test/acc"] for row in after[17:]] == [before[-1]["test/acc"]], "and its test again"
+    assert (run_copy / "metrics.csv").read_bytes() == before, "no second copy of its test"
+    assert "Nothing to train: the checkpoint is where this run ends" in caplog.text
     assert sorted(p.name for p in run_copy.parent.iterdir()) == ["version_0"]
+
+
+@contextlib.contextmanager
+def checkpoints_that_cannot_be_written(run: Path, how: str) -> Iterator[None]:
+    """``run/checkpoints`` that refuses new files (``unwritable``), or a file system holding just
+    the checkpoints already there (``full``: a small tmpfs, which needs root)."""
+    folder = run / "checkpoints"
+    if how == "unwritable":
+        # Root writes through permissions; an immutable folder refuses root too.
+        lock, unlock = (
+            (["chattr", "+i"], ["chattr", "-i"])
+            if os.geteuid() == 0
+            else (["chmod", "555"], ["chmod", "755"])
+        )
+        subprocess.run([*lock, str(folder)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run([*unlock, str(folder)], check=True)
+        return
+    kept = folder.with_name("kept")
+    folder.rename(kept)
+    folder.mkdir()
+    size = sum(p.stat().st_size for p in kept.iterdir()) // 1024 + 64
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}k", "tmpfs", str(folder)], capture_output=True
+    ).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        for path in kept.iterdir():
+            shutil.copy2(path, folder / path.name)
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.slow  # a resumed epoch, up to its first checkpoint
+@pytest.mark.parametrize("how", ["unwritable", "full"])
+def test_a_resume_that_cannot_save_its_checkpoint_leaves_the_metrics_as_they_were(how, run_copy):
+    before = (run_copy / "metrics.csv").read_bytes()
+    with checkpoints_that_cannot_be_written(run_copy, how), pytest.raises(OSError):
+        fit("digits.yaml", extra=(*WORSENING, "--trainer.max_epochs=3", "--ckpt_path=last"))
+    assert (run_copy / "metrics.csv").read_bytes() == before
+    assert sorted(p.name for p in run_copy.iterdir() if p.name.endswith((".csv", ".resume", ".tmp"))) == [
+        "metrics.csv"
+    ]
+
+
+@pytest.mark.slow
+def test_a_resume_killed_before_its_first_checkpoint_loses_no_row(run_copy):
+    before = (run_copy / "metrics.csv").read_bytes()
+    overlay = run_copy.parents[2] / "kill.yaml"
+    overlay.write_text("trainer:\n  callbacks+:" + kill_at(45))
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), "--config",
+               str(overlay), *WORSENING, "--trainer.max_epochs=3", "--ckpt_path=last"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    killed = subprocess.run(command, cwd=overlay.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert rows(run_copy)[16]["test/acc"], "the finished run's test is kept"
+    # The next command on the run starts from every row the killed one found.
+    fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last", "--test_after_fit=false"))
+    assert (run_copy / "metrics.csv").read_bytes() == before
 
 
 @pytest.mark.slow  # three commands, one a resumed fit of a third epoch
@@ -244,3 +310,26 @@ def test_the_readme_environment_works_in_a_fresh_shell(workdir):
     result = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "class_path: proj.models.ImageClassifier" in result.stdout
+
+
+@pytest.mark.slow
+def test_early_stopping_says_why_and_where_it_stopped(workdir, caplog):
+    # Any value is an improvement on the first validation's (inf), none after it is by 100.
+    patience = ("--early_stopping.patience=1", "--early_stopping.min_delta=100", "--trainer.max_epochs=30")
+    cli = fit("digits.yaml", extra=(*TINY_FIT, *patience, "--test_after_fit=false"))
+    assert cli.trainer.global_step == 4, "precondition: stopped after two epochs of two steps"
+    assert "Early stopping: Monitored metric val/loss did not improve in the last 1 records." in caplog.text
+    assert "Stopped in epoch 2 of 30 (step 4); --early_stopping.patience sets" in caplog.text
+
+
+def test_a_resume_names_the_settings_its_checkpoint_overrides(run_copy):
+    new_lr = "--model.init_args.optimizer.init_args.lr=0.0001"
+    saved = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]
+    with pytest.warns(UserWarning, match=r"ignored: model\.init_args\.optimizer\.init_args\.lr=0\.0001 "
+                      r"\(the checkpoint's 0\.05 is used\)\..*start a new run") as caught:  # fmt: skip
+        cli = fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last", new_lr))
+    assert len([w for w in caught if "were ignored" in str(w.message)]) == 1
+    # What the warning says is what ran: the model built with the checkpoint's rate, the optimizer
+    # restored at the rate its schedule had reached.
+    assert cli.model.hparams["optimizer"]["init_args"]["lr"] == 0.05
+    assert cli.trainer.optimizers[0].param_groups[0]["lr"] == saved["param_groups"][0]["lr"] != 0.0001

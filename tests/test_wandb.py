@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,24 @@ def test_no_secret_is_written(wandb_runs):
     written = [p for p in wandb_runs.rglob("*") if p.is_file()]
     assert len(written) > 20
     assert not any(SECRET.encode() in p.read_bytes() for p in written)
+
+
+@pytest.mark.slow
+def test_a_killed_run_keeps_its_history_up_to_a_second_before_the_kill(tmp_path):
+    """W&B's service writes the .wandb file every WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL seconds
+    (15 by default, 1 in this template) and loses the rest with a killed run: with W&B's default,
+    a run killed seconds after it started keeps no history at all."""
+    overlay = tmp_path / "killed.yaml"
+    kill = "    - class_path: faults.KillAtStep\n      init_args: {step: 3, wait: 2}\n"
+    overlay.write_text("trainer:\n  max_steps: 14\n  log_every_n_steps: 1\n  callbacks+:\n" + kill)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_API_KEY": SECRET, "WANDB_INIT_TIMEOUT": "300"}
+    env.pop("WANDB_SERVICE", None)
+    env.pop("WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL", None)
+    env["PYTHONPATH"] = str(Path(__file__).parent)
+    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
+               "--config", config("logger/wandb.yaml"), "--config", str(overlay), *QUICK]  # fmt: skip
+    killed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    [run] = wandb_log.offline_runs(tmp_path / "runs")
+    # Up to step 3 itself, whose learning rate is logged as its batch starts, before the kill.
+    assert sorted(set(wandb_log.logged_steps(run))) == list(range(4)), "every step up to the kill"

@@ -70,3 +70,13 @@ def config(run: Path) -> dict:
 
 def artifacts(run: Path) -> list[wandb_internal_pb2.ArtifactRecord]:
     return [r.artifact for r in records(run_file(run)) if r.HasField("artifact")]
+
+
+def logged_steps(run: Path) -> list[int]:
+    """The ``trainer/global_step`` of each history row the run's file holds, in order."""
+    steps = []
+    for record in records(run_file(run)):
+        if record.HasField("history"):
+            items = {item.key or "/".join(item.nested_key): item.value_json for item in record.history.item}
+            steps.append(int(json.loads(items["trainer/global_step"])))
+    return steps

@@ -10,6 +10,7 @@ config is written into the run's own directory, and ``fit`` can finish by testin
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -25,7 +26,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
 from proj.errors import ShortErrorParser, named_refusals, reported_errors
@@ -43,9 +44,21 @@ from proj.preflight import (
     check_weights_only,
 )
 from proj.reliability import guard_checkpoints
-from proj.runs import RunConfigSaver, RunLock, claim_run_directory, resolve_checkpoint
+from proj.runs import (
+    KeptMetrics,
+    RunConfigSaver,
+    RunLock,
+    claim_run_directory,
+    ignored_model_settings,
+    logger_kind,
+    resolve_checkpoint,
+)
 
 DEFAULT_SEED = 42
+
+# Seconds between W&B's writes of the run's .wandb file (wandb.Settings.x_transaction_log_flush_interval),
+# which is what a killed run's history loses at most. Set it to choose another.
+WANDB_FLUSH_INTERVAL = "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"
 
 # What every experiment starts from, read before any --config: the repository's configs/defaults.yaml.
 DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
@@ -155,15 +168,29 @@ class ProjCLI(LightningCLI):
         check_model_fits_data(config, parser)
         check_seed(config, parser)
         self.checkpoint = None  # --ckpt_path's file, read once here for the checks
+        self.resumed_step = None  # the optimizer step a resumed `fit` starts from
         if subcommand:
             check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
+            if logger_kind(config) == "wandb":
+                # W&B's service writes the run's .wandb file every 15 s by default, and a killed run
+                # loses what it had not written (a run killed in its first 15 s: all of it).
+                os.environ.setdefault(WANDB_FLUSH_INTERVAL, "1")
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
+            if subcommand == "fit" and self.checkpoint is not None:
+                self.resumed_step = self.checkpoint.get("global_step")
+        # What the configs and flags say of the model, before Lightning replaces it by the
+        # checkpoint's hyperparameters.
+        self.given_model = config.model.clone() if self.checkpoint is not None else None
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if self.given_model is not None:
+            ignored = ignored_model_settings(self.given_model, config.model, self.subcommand)
+            if ignored:
+                rank_zero_warn(ignored)
         if self.subcommand == "export" and "compile" in config.model.get("init_args", {}):
             # torch.export traces the network's own code; compiling is how training runs it, and the
             # in-place compile keeps parameter names, so the checkpoint loads either way.
@@ -230,9 +257,43 @@ class ProjCLI(LightningCLI):
             rank_zero_info(f"Best checkpoint: {best}")
         for last in sorted(lasts):
             rank_zero_info(f"Last checkpoint: {last}")
+        for stopped in early_stops(trainer):
+            rank_zero_info(stopped)
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
+        if trainer.global_step == self.resumed_step:
+            # A finished run resumed (a job script's `--ckpt_path auto` run again): testing the same
+            # weights again would only add a copy of the run's test to its logs.
+            rank_zero_info(
+                "Nothing to train: the checkpoint is where this run ends, so it is not tested again. "
+                "Raise trainer.max_epochs (or trainer.max_steps) to train further; "
+                "`test --ckpt_path best` tests its best checkpoint again."
+            )
+            return
         trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def early_stops(trainer: Trainer) -> list[str]:
+    """Why early stopping ended this ``fit``, and where: Lightning says so only with ``verbose``,
+    which also prints every improvement."""
+    if not trainer.should_stop:
+        return []
+    lines = []
+    for callback in trainer.early_stopping_callbacks:
+        if not callback.stopping_reason_message:
+            continue
+        if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+            where = (
+                f"in epoch {callback.stopped_epoch + 1} of {trainer.max_epochs} (step {trainer.global_step})"
+            )
+        else:
+            where = f"at step {trainer.global_step} of {trainer.max_steps}"
+        reason = callback.stopping_reason_message.removesuffix(" Signaling Trainer to stop.")
+        lines.append(
+            f"Early stopping: {reason} Stopped {where}; --early_stopping.patience sets how many "
+            "validations it waits for an improvement."
+        )
+    return lines
 
 
 def defaults_for(subcommands: dict | None) -> dict:
@@ -256,10 +317,14 @@ def config_paths(args: ArgsType) -> list[str]:
 
 def main(args: ArgsType = None, run: bool = True) -> ProjCLI:
     """Entry point for ``python -m proj`` and for tests and notebooks (``main(["fit", ...])``)."""
+    failed = True
     try:
         with reported_errors():
-            return ProjCLI(args=args, run=run)
+            cli = ProjCLI(args=args, run=run)
+        failed = False
+        return cli
     finally:
+        KeptMetrics.settle(failed)
         RunLock.release_all()
         # Torn down here rather than by the interpreter's exit, where gloo's threads can abort
         # the process ("terminate called without an active exception") after a finished run.

@@ -23,7 +23,7 @@ import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.logger_media import upload_config, upload_config_to_mlflow
@@ -31,7 +31,8 @@ from proj.preflight import check_ckpt_path
 
 METRICS_FILE = "metrics.csv"
 # metrics.csv is moved here while a command takes over its run directory, and written back from it:
-# Lightning's CSV logger deletes an existing metrics.csv when it opens the folder.
+# Lightning's CSV logger deletes an existing metrics.csv when it opens the folder. It stays until the
+# command ends, so that a command that fails can put the file back as it was.
 METRICS_ASIDE = ".metrics.csv.resume"
 LOCK_FILE = ".lock"
 
@@ -88,13 +89,20 @@ def mlflow_experiment_dir(init_args, default_root_dir: str | None) -> Path:
 def logger_kind(config) -> str | None:
     """``"wandb"`` or ``"mlflow"``: the loggers whose run directories are named by the run's own id
     and share a folder with other experiments' runs; None for the others."""
+    cls = logger_class(config)
+    if cls is None:
+        return None
+    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
+
+
+def logger_class(config) -> type | None:
+    """The class of the configured logger, None without one."""
     logger = config.trainer.get("logger")
     class_path = logger.get("class_path") if hasattr(logger, "get") else None
     if not class_path:
         return None
     module, name = class_path.rsplit(".", 1)
-    cls = getattr(importlib.import_module(module), name)
-    return "wandb" if issubclass(cls, WandbLogger) else "mlflow" if issubclass(cls, MLFlowLogger) else None
+    return getattr(importlib.import_module(module), name)
 
 
 def same_experiment(run: Path, config) -> bool:
@@ -231,30 +239,64 @@ class RunLock:
 
 
 def remove_stale_temporaries(run: Path) -> None:
-    """Checkpoint saves that a killed process left half-written (``AtomicCheckpointIO``'s
-    ``.<name>.<pid>.tmp``). Only called while holding the run's lock, so no save is under way."""
-    for stale in (run / "checkpoints").glob(".*.tmp"):
+    """Files that a killed process left half-written: checkpoint saves (``AtomicCheckpointIO``'s
+    ``.<name>.<pid>.tmp``), predictions and rewritten ``metrics.csv`` (the same names, in the run
+    directory). Only called while holding the run's lock, so no write is under way."""
+    for stale in [*run.glob(".*.tmp"), *(run / "checkpoints").glob(".*.tmp")]:
         stale.unlink(missing_ok=True)
 
 
 def take_metrics_aside(run: Path) -> Path | None:
-    """Move ``metrics.csv`` out of the CSV logger's way before it opens the folder.
+    """Move ``metrics.csv`` out of the CSV logger's way before it opens the folder, and keep it
+    there until the command ends (``KeptMetrics``): a command that fails puts it back.
 
-    An aside file left by an earlier command that died before writing the rows back is the
-    complete copy, so it wins over a ``metrics.csv`` that may be half-written.
+    An aside file left by an earlier command means that command died: it is the complete copy and
+    wins over the ``metrics.csv`` the dead command wrote, unless that command had written a
+    checkpoint, which holds its rows (a resume drops the ones after it).
     """
     current, aside = run / METRICS_FILE, run / METRICS_ASIDE
-    if aside.is_file():
+    if aside.is_file() and not checkpointed_since(aside):
         current.unlink(missing_ok=True)
     elif current.is_file():
         os.replace(current, aside)
-    else:
+    elif not aside.is_file():
         return None
+    # Its time marks when this command took the run over: the checkpoints written later are its own.
+    os.utime(aside)
+    KeptMetrics.asides.append(aside)
     return aside
 
 
+def checkpointed_since(aside: Path) -> bool:
+    """Whether a checkpoint of the run was written after ``aside`` was taken aside."""
+    taken = aside.stat().st_mtime_ns
+    return any(p.stat().st_mtime_ns > taken for p in (aside.parent / "checkpoints").glob("*.ckpt"))
+
+
+class KeptMetrics:
+    """The ``metrics.csv`` files this process took aside, each kept until its command ends.
+
+    A command that succeeded, or failed after writing a checkpoint, keeps the rows it added; any
+    other failed command (a resume refused at start, an unwritable or full checkpoint folder) puts
+    the file back byte for byte, so it leaves no row of an epoch that no checkpoint holds.
+    """
+
+    asides: ClassVar[list[Path]] = []
+
+    @classmethod
+    def settle(cls, failed: bool) -> None:
+        for aside in cls.asides:
+            if not aside.is_file():
+                continue
+            if failed and not checkpointed_since(aside):
+                os.replace(aside, aside.with_name(METRICS_FILE))
+            else:
+                aside.unlink()
+        cls.asides.clear()
+
+
 def restore_metrics(logger: CSVLogger, aside: Path) -> None:
-    """Write every row of ``aside`` into the logger's new ``metrics.csv``, then drop ``aside``.
+    """Write every row of ``aside`` into the logger's new ``metrics.csv``.
 
     All of them: a resumed run that fails to start must leave them all. The rows its checkpoint
     had not seen go once the resumed run starts training (``rows_before``).
@@ -265,7 +307,6 @@ def restore_metrics(logger: CSVLogger, aside: Path) -> None:
         step = int(row.pop("step"))
         logger.log_metrics({k: _number(v) for k, v in row.items() if v not in ("", None)}, step=step)
     logger.save()
-    aside.unlink()
 
 
 def rewrite_rows(logger: CSVLogger, keep: Callable[[list[dict[str, str]]], list[dict[str, str]]]) -> None:
@@ -290,8 +331,15 @@ def rewrite_rows(logger: CSVLogger, keep: Callable[[list[dict[str, str]]], list[
 
 def rows_before(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
     """Rows logged before optimizer step ``step``: a checkpoint at ``global_step == step`` has seen
-    them; the run that resumes it logs the later ones again."""
-    return lambda rows: [row for row in rows if int(row["step"]) < step]
+    them; the run that resumes it logs the later ones again. Test rows stay wherever they are: no
+    training logs them again (a finished run's test, resumed to train longer)."""
+    return lambda rows: [row for row in rows if int(row["step"]) < step or tested(row)]
+
+
+def tested(row: dict[str, str]) -> bool:
+    """Whether a row holds test metrics only (beside its step and epoch)."""
+    names = [name for name, value in row.items() if value and name not in ("step", "epoch")]
+    return bool(names) and all(name.startswith("test/") for name in names)
 
 
 def without_repeats(step: int) -> Callable[[list[dict[str, str]]], list[dict[str, str]]]:
@@ -390,7 +438,58 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.trainer.logger.init_args.run_id = version
         elif version is not None:
             config.trainer.logger.init_args.version = version
+        tensorboard = issubclass(logger_class(config) or object, TensorBoardLogger)
+        if version is not None and not evaluating and tensorboard:
+            # TensorBoard's own remedy for a resumed run: its reader drops the events from this step
+            # on that the killed run wrote, which the resumed one writes again.
+            logger = config.trainer.logger
+            logger.dict_kwargs = {
+                **(logger.get("dict_kwargs") or {}),
+                "purge_step": checkpoint["global_step"],
+            }
     return checkpoint
+
+
+def ignored_model_settings(given: Any, used: Any, subcommand: str) -> str | None:
+    """What to say when the checkpoint's hyperparameters replaced model settings the configs or
+    flags gave (``given``: the model's config before, ``used``: after); None when none differ.
+
+    LightningCLI rebuilds the model from the hyperparameters stored in the ``--ckpt_path``
+    checkpoint, for every command, and a resumed ``fit`` then restores the optimizer's and the
+    scheduler's state as well (learning rate, weight decay, the schedule's base rates and length).
+    """
+    before, after = flat(given.as_dict(), "model"), flat(used.as_dict(), "model")
+    # Left unset (None): the facts the data module links in once the classes are built.
+    changed = [(k, v, after[k]) for k, v in before.items() if v is not None and after.get(k, v) != v]
+    if subcommand != "fit":  # what only training uses is no loss to an evaluation
+        changed = [
+            c
+            for c in changed
+            if not c[0].startswith(("model.init_args.optimizer", "model.init_args.scheduler"))
+        ]
+    if not changed:
+        return None
+    listed = "; ".join(f"{key}={old!r} (the checkpoint's {new!r} is used)" for key, old, new in changed)
+    message = (
+        f"--ckpt_path: the model is built from the checkpoint's own hyperparameters, so these settings "
+        f"were ignored: {listed}."
+    )
+    if subcommand != "fit":
+        return message
+    if "init_from" in (given.get("init_args") or {}):
+        how = (
+            "start a new run from them: --model.init_args.init_from=<the checkpoint> in place of --ckpt_path"
+        )
+    else:
+        how = f"start a new run ({given.get('class_path')} has no init_from to start from saved weights)"
+    return f"{message} Resuming continues the run as it was; to train its weights with other settings, {how}."
+
+
+def flat(tree: Any, prefix: str) -> dict[str, Any]:
+    """A nested mapping's leaves by dotted key."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    return {k: v for name, sub in tree.items() for k, v in flat(sub, f"{prefix}.{name}").items()}
 
 
 def claim_run_directory(trainer: Trainer) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -64,9 +65,11 @@ class PredictionFileWriter(BasePredictionWriter):
         rows = gather_on_rank_zero(trainer, rows)
         if not trainer.is_global_zero:
             return
-        with new_file(Path(run_directory(trainer)), self.stem, self.suffix) as file:
-            self.path = Path(file.name)
-            self.write(trainer, file, sorted(rows, key=itemgetter(0)))
+        ordered = sorted(rows, key=itemgetter(0))
+        folder = Path(run_directory(trainer))
+        self.path = write_new_file(
+            folder, self.stem, self.suffix, lambda file: self.write(trainer, file, ordered)
+        )
         self.messages.append(f"Predictions written to {self.path}")
 
     def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -180,13 +183,28 @@ def gather_on_rank_zero(trainer: Trainer, rows: list[tuple]) -> list[tuple]:
     return [row for part in gathered for row in part] if trainer.is_global_zero else []
 
 
-def new_file(folder: Path, stem: str, suffix: str) -> IO[str]:
-    """``folder/stem+suffix`` opened for writing, or ``stem-1``, ``stem-2``, … when taken: each
-    name is created exclusively, so an earlier file is never overwritten, even by a run racing this one."""
+def write_new_file(folder: Path, stem: str, suffix: str, write: Callable[[IO[str]], None]) -> Path:
+    """Write ``folder/stem+suffix`` with ``write``, or ``stem-1``, ``stem-2``, … when taken; returns
+    its path.
+
+    The file appears complete or not at all: it is written to a temporary file beside it, synced,
+    then linked under the first free name, so a process killed while writing leaves no partial
+    file (the temporary one goes with the next command on the run). Each name is taken
+    exclusively, so an earlier file is never overwritten, even by a run racing this one.
+    """
     folder.mkdir(parents=True, exist_ok=True)
-    for n in itertools.count():
-        path = folder / (f"{stem}-{n}{suffix}" if n else f"{stem}{suffix}")
-        try:
-            return open(path, "x", encoding="utf-8", newline="")
-        except FileExistsError:
-            continue
+    temporary = folder / f".{stem}{suffix}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w", encoding="utf-8", newline="") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        for n in itertools.count():
+            path = folder / (f"{stem}-{n}{suffix}" if n else f"{stem}{suffix}")
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                continue
+            return path
+    finally:
+        temporary.unlink(missing_ok=True)

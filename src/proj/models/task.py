@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Literal
+import pickle
+from pathlib import Path
+from typing import IO, Any, Literal, Self
 
 import torch
 from lightning.pytorch import LightningModule
@@ -13,7 +15,7 @@ from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from proj.optim import WarmupCosineLR, param_groups
-from proj.preflight import check_optimization, warn_long_warmup
+from proj.preflight import ConfigError, check_optimization, refused_pickle, warn_long_warmup
 from proj.reliability import loads_weights_only
 
 
@@ -88,6 +90,33 @@ class TaskModule(LightningModule):
         """
         self.save_hyperparameters(frame=inspect.currentframe().f_back)
         self.remove_ignored_hparams([k for k, v in self.hparams.items() if not loads_weights_only(v)])
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """Lightning's, but always reading with ``weights_only=True``, as the CLI does: left unset,
+        Lightning defers to torch, which ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` switches to full
+        unpickling, so a crafted file would run its code. This template's checkpoints hold plain
+        values only; one that needs more is refused, and ``weights_only=False`` is too."""
+        if weights_only is False:
+            raise ConfigError(
+                "load_from_checkpoint(weights_only=False): this template loads checkpoints with weights "
+                "only (its checkpoints hold plain values), so that a crafted file cannot run code. "
+                "Leave weights_only out."
+            )
+        try:
+            return super().load_from_checkpoint(
+                checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
+            )
+        except pickle.UnpicklingError as error:
+            raise refused_pickle(f"checkpoint '{checkpoint_path}'", error) from None
 
     @property
     def lr(self) -> float:
