@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import signal as signal_module
+import time
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
@@ -51,3 +52,16 @@ class TouchAtStep(Callback):
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
         if trainer.global_step == self.step and trainer.is_global_zero:
             open(self.path, "w").close()
+
+
+class SlowFirstStart(Callback):
+    """Sleeps ``seconds`` after each training step of a Slurm job's first start (its
+    ``SLURM_RESTART_COUNT`` unset or 0): a run that its time limit catches mid-way, and whose requeued
+    start finishes quickly."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+            time.sleep(self.seconds)
