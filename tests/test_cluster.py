@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from conftest import ROOT, config
+from proj.sweep import storage_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -159,6 +160,8 @@ def test_a_requeued_job_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path)
     assert (infos["requeued"]["JobState"], infos["requeued"]["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
     assert infos["requeued"]["Restarts"] == "1" and infos["alone"]["Restarts"] == "0"
     assert log.count("Received SIGTERM at step") == 1 and "exit code 143" in log
+    assert "UserWarning: Received" not in log and "auto-requeue" not in log  # one mechanism, a plain line
+    assert f"Slurm job {requeued} is COMPLETING: Slurm is ending it (requeued or cancelled)" in log
     assert "Restoring states from the checkpoint" in log
     runs = {name: folder / "runs" / "digits" / "version_0" for name, (folder, _) in jobs.items()}
     assert not (jobs["requeued"][0] / "runs" / "digits" / "version_1").exists()  # one run directory
@@ -172,17 +175,17 @@ def test_a_requeued_job_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path)
 
 
 def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_start(tmp_path):
-    """`--time=2 --signal=TERM@60`: Slurm warns the job 60 s before its 2 minutes are up (at its first
-    check of the time limits from then on: they are 30 s apart, so 60 to 90 s after the start), the
+    """`--time=2 --signal=TERM@30`: Slurm warns the job 30 s before its 2 minutes are up (at its first
+    check of the time limits from then on: they are 30 s apart, so 90 to 120 s after the start), the
     job saves and requeues itself, and its second start, unslowed, resumes and finishes in its own
-    first 60 s. A signal before training begins (a start slower than the warning) would end the job
-    unsaved, so the warning leaves a loaded machine a minute to start."""
+    first 90 s. A signal before training begins (a start slower than that) would end the job unsaved,
+    so the warning leaves a loaded machine 90 s to start."""
     folder = workdir(tmp_path, "time")
-    slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 5.0}}
+    slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 7.0}}
     (folder / "slow.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [slow]}}))
     job_id = fit_job(
         folder, "--config", "slow.yaml", "--trainer.max_epochs=1", "--test_after_fit=false",
-        options=(*ONE_TASK, "--time=2", "--signal=TERM@60"),
+        options=(*ONE_TASK, "--time=2", "--signal=TERM@30"),
     )  # fmt: skip
     info = wait_until_done(job_id, timeout=360)
     log = output(folder, job_id)
@@ -289,8 +292,8 @@ def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers
             )  # fmt: skip
 
     def running() -> list:
-        try:
-            study = optuna.load_study(study_name="shared", storage=database)
+        try:  # storage_for waits out the workers creating the tables
+            study = optuna.load_study(study_name="shared", storage=storage_for(database))
         except KeyError:  # not created yet
             return []
         return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))

@@ -36,9 +36,10 @@ class Preemption(Callback):
     repeated SIGTERM (Slurm signals the job's steps and ``srun`` forwards it too) changes nothing. A
     worker whose launcher dies stops the same way.
 
-    Lightning's SLURM auto-requeue is switched off: it saves an ``hpc_ckpt_*.ckpt`` that
-    ``--ckpt_path last`` does not look for, on a signal of its own (SIGUSR1) from rank 0's handler,
-    and trains on until Slurm kills the job. One mechanism serves SIGTERM from every source.
+    Lightning's SLURM auto-requeue is switched off: on a signal of its own (SIGUSR1) it saves an
+    ``hpc_ckpt_*.ckpt`` that ``--ckpt_path last`` does not look for, from inside rank 0's handler,
+    and trains on until the requeue it asked for kills the job. One mechanism, this one, serves
+    SIGTERM from every source.
     """
 
     def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
