@@ -8,7 +8,7 @@ CONFIG ?= configs/digits.yaml
 # they share its module fixtures.
 PYTEST := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
 
-.PHONY: help install train test test-fast lint format mlflow-ui rename clean
+.PHONY: help install train test test-fast test-cluster cluster cluster-stop lint format mlflow-ui rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,6 +31,17 @@ test: install ## the whole test suite (what CI runs)
 test-fast: install ## the edit loop: skips tests marked slow
 	$(PYTEST) -m "not slow"
 
+# The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; three at
+# a time, as most of their time is waiting. A cluster that does not start fails here, with its message.
+test-cluster: install cluster ## the Slurm and PostgreSQL tests, on the local cluster (starts it)
+	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -m cluster -n 3 --dist load
+
+cluster: ## start a one-node Slurm cluster and a PostgreSQL server here (.cluster/; prints the --storage URL)
+	scripts/cluster.sh start
+
+cluster-stop: ## stop what `make cluster` started
+	scripts/cluster.sh stop
+
 lint: install ## ruff lint and format check
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
@@ -49,6 +60,6 @@ rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject 
 	python3 scripts/rename.py "$(NAME)"
 	$(UV) lock
 
-clean: ## remove the environment, caches and runs/ (data/ is kept)
-	rm -rf .venv .tools .pytest_cache .ruff_cache runs lightning_logs
+clean: cluster-stop ## remove the environment, caches, runs/ and .cluster/ (data/ is kept)
+	rm -rf .cluster .venv .tools .pytest_cache .ruff_cache runs lightning_logs
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

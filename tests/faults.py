@@ -67,3 +67,16 @@ class KillWhileWriting(ClassPredictionWriter):
         super().write(trainer, file, rows[: len(rows) // 2])
         file.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SlowFirstStart(Callback):
+    """Sleeps ``seconds`` after each training step of a Slurm job's first start (its
+    ``SLURM_RESTART_COUNT`` unset or 0): a run that its time limit catches mid-way, and whose requeued
+    start finishes quickly."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+            time.sleep(self.seconds)

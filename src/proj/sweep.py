@@ -583,6 +583,21 @@ def run_trials(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
     return study
 
 
+def writes_results(study: optuna.Study) -> bool:
+    """Whether this worker writes the results: the one that finished the study's last trial, once no
+    trial runs (workers started together would each write their own partial or repeated copy), or any
+    worker when that one is gone from this machine (the same command started again on a done study)."""
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in FINISHED]
+    if any(t.state == TrialState.RUNNING for t in trials):
+        return False
+    if not finished:
+        return True
+    worker = str(max(finished, key=lambda t: t.datetime_complete).user_attrs.get("worker", ""))
+    pid = local_pid(worker)
+    return worker == this_worker() or (pid is not None and not process_alive(pid))
+
+
 def write_results(study: optuna.Study, sweep: Sweep, started: float) -> None:
     """Print the best trial and how to repeat it; write ``trials.csv``, ``history.png`` and
     ``importance.png`` into the sweep's folder."""
@@ -691,5 +706,11 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
     except KeyboardInterrupt:
         print("Interrupted: the running trial is marked failed. Start the same command again to continue.")
         raise SystemExit(130) from None
-    write_results(study, sweep, started)
+    if writes_results(study):
+        write_results(study, sweep, started)
+    else:
+        print(
+            f"Sweep '{sweep.name}': this worker is done ({time.monotonic() - started:.0f} s); the worker "
+            "that finishes the last trial writes trials.csv and the plots."
+        )
     return study

@@ -10,9 +10,12 @@ from collections.abc import Callable
 from types import FrameType
 
 import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
+
+from proj.runs import run_directory
 
 
 class Preempted(SystemExit):
@@ -28,9 +31,15 @@ class Preemption(Callback):
     success. Here the handler only records the signal; at the end of each training step the ranks
     agree (one max-reduce of a scalar on the CPU) and all stop together. ``grace_seconds`` after a
     signal, a process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM
-    the job is requeued (``scontrol requeue``) when ``requeue`` is set, and resumes with
-    ``--ckpt_path auto``. A second Ctrl-C interrupts at once. A worker whose launcher dies stops
-    the same way.
+    the job is requeued (``scontrol requeue``) when ``requeue`` is set, unless it was cancelled
+    (``scancel``), and resumes with ``--ckpt_path auto``. A second Ctrl-C interrupts at once; a
+    repeated SIGTERM (Slurm signals the job's steps and ``srun`` forwards it too) changes nothing. A
+    worker whose launcher dies stops the same way.
+
+    Lightning's SLURM auto-requeue is switched off: on a signal of its own (SIGUSR1) it saves an
+    ``hpc_ckpt_*.ckpt`` that ``--ckpt_path last`` does not look for, from inside rank 0's handler,
+    and trains on until the requeue it asked for kills the job. One mechanism, this one, serves
+    SIGTERM from every source.
     """
 
     def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
@@ -40,6 +49,12 @@ class Preemption(Callback):
         self._previous: dict[int, object] = {}
         self._group: torch.distributed.ProcessGroup | None = None
         self._stop_watching: Callable[[], None] = lambda: None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # Before the Trainer registers its signal handlers, from this same environment object.
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment):
+            environment.auto_requeue = False
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Installed here, after Lightning registered its handlers, so these replace them.
@@ -76,8 +91,9 @@ class Preemption(Callback):
 
     def _release(self) -> None:
         self._stop_watching()
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+        if not self._signal:  # once stopping, ``_ignore_repeats`` decided the handlers
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
         self._previous = {}
         if self._group is not None:
             torch.distributed.destroy_process_group(self._group)
@@ -111,12 +127,43 @@ class Preemption(Callback):
             if isinstance(callback, ModelCheckpoint) and callback.dirpath == folder:
                 callback.last_model_path = path
         trainer.save_checkpoint(path, weights_only=False)
-        name = signal.Signals(signum).name
-        rank_zero_warn(
-            f"Received {name} at step {trainer.global_step}: saved {path}. "
-            "Resume with `fit --config <same configs> --ckpt_path last`."
+        config = os.path.join(run_directory(trainer), "config.yaml")
+        configs = f"--config {config}" if os.path.isfile(config) else "--config <same configs>"
+        rank_zero_info(
+            f"Received {signal.Signals(signum).name} at step {trainer.global_step}: saved {path}. "
+            f"Resume with: python -m proj fit {configs} --ckpt_path {path}"
         )
         job = os.environ.get("SLURM_JOB_ID")
         if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
-            subprocess.run(["scontrol", "requeue", job], check=False)
+            requeue_slurm_job(job)
+        self._ignore_repeats(trainer)
         raise Preempted(128 + signum)
+
+    def _ignore_repeats(self, trainer: Trainer) -> None:
+        """On its way out with 128 + signal, the process ignores SIGTERM: Slurm signals the job's
+        steps and ``srun`` forwards the same signal, and the default handler would end the process
+        with -15 instead. Ignoring outlasts both the Trainer's teardown, which restores the handlers
+        it found when the run began (the default), and the interpreter's exit, which restores the
+        default in place of any Python handler but not in place of an ignore."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            trainer._signal_connector._original_handlers[signal.SIGTERM] = signal.SIG_IGN
+
+
+def requeue_slurm_job(job: str) -> None:
+    """Put the job back in the queue (it starts again from the top of its script) when it is still
+    running: the signal came before its time limit (``--signal``) or from a ``kill``. A job that
+    Slurm is already ending was either requeued by Slurm (``scontrol requeue``, preemption) or
+    cancelled, and ``scontrol requeue`` would requeue a cancelled job too, undoing ``scancel``."""
+    state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+    if state.stdout.strip() != "RUNNING":
+        rank_zero_info(
+            f"Slurm job {job} is {state.stdout.strip() or 'not in the queue'}: Slurm is ending it "
+            "(requeued or cancelled), so it is not requeued here."
+        )
+        return
+    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if requeue.returncode == 0:
+        rank_zero_info(f"Requeued Slurm job {job}: it resumes from this checkpoint when it starts again.")
+    else:
+        rank_zero_info(f"Slurm job {job} was not requeued ({requeue.stderr.strip()}): resume it by hand.")
