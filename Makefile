@@ -5,10 +5,11 @@ UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 RUN := $(UV) run --frozen --no-sync
 CONFIG ?= configs/digits.yaml
 # Test files run in parallel, one worker per core (at most 4), each file's tests in one worker so
-# they share its module fixtures.
-PYTEST := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
+# they share its module fixtures; in file order, except for `make test-shuffled`.
+PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
+PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
-.PHONY: help install train test test-fast test-cluster cluster cluster-stop lint format mlflow-ui rename clean
+.PHONY: help install train test test-fast test-shuffled test-cluster cluster cluster-stop lint format mlflow-ui rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -34,13 +35,18 @@ test-fast: install ## the edit loop: skips tests marked slow
 # The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; three at
 # a time, as most of their time is waiting. A cluster that does not start fails here, with its message.
 test-cluster: install cluster ## the Slurm and PostgreSQL tests, on the local cluster (starts it)
-	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -m cluster -n 3 --dist load
+	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -p no:randomly -m cluster -n 3 --dist load
 
 cluster: ## start a one-node Slurm cluster and a PostgreSQL server here (.cluster/; prints the --storage URL)
 	scripts/cluster.sh start
 
 cluster-stop: ## stop what `make cluster` started
 	scripts/cluster.sh stop
+
+# A test that passes only in one order, or at one thread count, fails here. pytest-randomly prints
+# the seed it shuffled with; `make test-shuffled SEED=N` repeats that order.
+test-shuffled: install ## the fast tests again at 2 threads a process, in a random order (CI runs it)
+	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED))
 
 lint: install ## ruff lint and format check
 	$(RUN) ruff check .
