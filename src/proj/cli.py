@@ -32,15 +32,19 @@ from proj.preflight import (
     check_config_files,
     check_defaults,
     check_environment,
+    check_finite,
     check_fits_model,
     check_model_fits_data,
+    check_run_names,
     check_save_dir,
     check_seed,
+    check_special_files,
     check_trainer,
     check_weights_only,
 )
 from proj.reliability import guard_checkpoints
 from proj.runs import RunConfigSaver, RunLock, claim_run_directory, resolve_checkpoint
+from proj.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42
 
@@ -80,6 +84,8 @@ class _NoTips(logging.Filter):
 
 for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
     logging.getLogger(_name).addFilter(_NoTips())
+
+check_every_yaml()
 
 
 class ProjCLI(LightningCLI):
@@ -144,17 +150,25 @@ class ProjCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
+        check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        config = self.config[subcommand] if subcommand else self.config
+        if subcommand:
+            check_environment(self, subcommand)
+        self.check_config(self.config[subcommand] if subcommand else self.config, parser, subcommand)
+
+    def check_config(self, config, parser: LightningArgumentParser, subcommand: str | None) -> None:
+        """Every check of a parsed config made before anything is built (tests/test_fuzz.py runs
+        them on each value it tries, after parsing it alone)."""
+        check_finite(config, parser)
         check_model_fits_data(config, parser)
         check_seed(config, parser)
         self.checkpoint = None  # --ckpt_path's file, read once here for the checks
         if subcommand:
-            check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
+            check_run_names(config, parser, self.config_files)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
 
     def instantiate_classes(self) -> None:
