@@ -8,7 +8,7 @@ CONFIG ?= configs/digits.yaml
 # they share its module fixtures.
 PYTEST := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
 
-.PHONY: help install train test test-fast lint format mlflow-ui rename clean
+.PHONY: help install train test test-fast fuzz lint format mlflow-ui rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,11 @@ test: install ## the whole test suite (what CI runs)
 
 test-fast: install ## the edit loop: skips tests marked slow
 	$(PYTEST) -m "not slow"
+
+# The fuzzers of tests/test_fuzz*.py at length: `make test` runs 500 cases of each, this many.
+FUZZ_EXAMPLES ?= 5000
+fuzz: install ## the fuzzers with many more cases (FUZZ_EXAMPLES=5000)
+	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 tests/test_fuzz*.py
 
 lint: install ## ruff lint and format check
 	$(RUN) ruff check .

@@ -122,6 +122,7 @@ def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROJ_DEBUG")
 
 
+@pytest.mark.slow
 def test_fuzz_keys_with_garbage(cli, fifo, quiet, capsys, workdir):
     keys = sorted(leaves(cli.config))
     assert len(keys) > 100  # every key of the experiment, from the parser: trainer, model, data, callbacks
@@ -175,6 +176,7 @@ COMMANDS = [
 ][:WHOLE_COMMANDS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flag", "code"), COMMANDS)
 def test_fuzz_whole_commands(flag: str, code: int, workdir: Path, quiet, capsys):
     """The contract through ``main``: exit code, one line, nothing outside runs/ and data/, an earlier

@@ -22,6 +22,7 @@ def one_error(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_bad_local_rank_is_named(workdir: Path):
     run = subprocess.run(
         [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml")],
@@ -65,6 +66,7 @@ def immutable(folder: Path) -> bool:
     return subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_an_immutable_experiment_folder_is_named(workdir: Path, capsys, monkeypatch):
     """``chattr +i`` stops root too (a folder of mode 0 does not), and os.access sees it."""
     monkeypatch.delenv("PROJ_DEBUG")
@@ -82,6 +84,7 @@ def test_an_immutable_experiment_folder_is_named(workdir: Path, capsys, monkeypa
         subprocess.run(["chattr", "-i", str(folder)], check=True)
 
 
+@pytest.mark.slow
 def test_resuming_into_an_immutable_run_is_named(workdir: Path, capsys, monkeypatch):
     main(["fit", "--config", config("digits.yaml"), *TINY_FIT, "--test_after_fit=false"])
     run = workdir / "runs" / "digits" / "version_0"
