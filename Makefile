@@ -9,7 +9,7 @@ CONFIG ?= configs/digits.yaml
 PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile
 PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
-.PHONY: help install train test test-fast test-shuffled test-cluster cluster cluster-stop lint format mlflow-ui rename clean
+.PHONY: help install train test test-fast test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +47,12 @@ cluster-stop: ## stop what `make cluster` started
 # the seed it shuffled with; `make test-shuffled SEED=N` repeats that order.
 test-shuffled: install ## the fast tests again at 2 threads a process, in a random order (CI runs it)
 	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED))
+
+# The fuzzers of tests/test_fuzz*.py at length: `make test` runs 500 config values and 60 image-folder
+# trees (a tenth of them through the CLI); this runs FUZZ_EXAMPLES of each.
+FUZZ_EXAMPLES ?= 5000
+fuzz: install ## the fuzzers with many more cases (FUZZ_EXAMPLES=5000)
+	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 tests/test_fuzz*.py
 
 lint: install ## ruff lint and format check
 	$(RUN) ruff check .

@@ -1079,6 +1079,156 @@ CASES: list[Case] = [
         slow=True,
         new_run=True,
     ),
+    # Where runs write: one folder under runs/, whatever the name
+    Case(
+        "runs",
+        "name with ..",
+        digits("fit", "--trainer.logger.init_args.name=../../escape"),
+        ("leads out of the runs folder", "trainer.logger.init_args.name='../../escape'"),
+    ),
+    Case(
+        "runs",
+        "absolute name",
+        digits("fit", "--trainer.logger.init_args.name=/tmp/proj-escape"),
+        ("an absolute path leads out of the runs folder", "name='/tmp/proj-escape'"),
+    ),
+    Case(
+        "runs",
+        "empty name",
+        digits("fit", "--trainer.logger.init_args.name="),
+        ("an empty name puts the runs of every experiment in one folder", "name=''"),
+    ),
+    Case(
+        "runs",
+        "config named ...yaml",
+        ("fit", "--config", "...yaml", *QUICK),
+        ("'..' leads out of the runs folder", "(the file name of --config ...yaml)", "Rename the file"),
+        setup=lambda workdir, ckpt: shutil.copy(CONFIGS / "digits.yaml", workdir / "...yaml"),
+    ),
+    Case(
+        "runs",
+        "version with ..",
+        digits("fit", "--trainer.logger.init_args.version=../x"),
+        ("leads out of the runs folder", "trainer.logger.init_args.version='../x'"),
+    ),
+    Case(
+        "runs",
+        "TensorBoard name with a separator",
+        digits(
+            "fit",
+            "--config",
+            str(CONFIGS / "logger" / "tensorboard.yaml"),
+            "--trainer.logger.init_args.name=a/b",
+        ),
+        ("a path separator makes it several folders", "name='a/b'"),
+    ),
+    Case(
+        "runs",
+        "W&B project ..",
+        digits(
+            "fit", "--config", str(CONFIGS / "logger" / "wandb.yaml"), "--trainer.logger.init_args.project=.."
+        ),
+        ("leads out of the runs folder", "trainer.logger.init_args.project='..'"),
+    ),
+    Case(
+        "runs",
+        "experiment folder a link outside",
+        digits("fit", "--trainer.logger.init_args.name=elsewhere"),
+        ("outside runs/ (a link?)", "runs/elsewhere"),
+        setup=lambda workdir, ckpt: (
+            (workdir / "outside").mkdir(),
+            (workdir / "runs" / "elsewhere").symlink_to(workdir / "outside"),
+        ),
+    ),
+    # YAML that cannot be meant, from files, flags and variables
+    Case(
+        "yaml",
+        "duplicate key",
+        digits("fit", "--config", "dup.yaml"),
+        ("is given twice", "key 'max_epochs' under 'trainer'", "lines 2 and 3", "--config dup.yaml"),
+        setup=write("dup.yaml", "trainer:\n  max_epochs: 3\n  max_epochs: 5\n"),
+    ),
+    Case(
+        "yaml",
+        "nested aliases",
+        digits("fit", "--config", "bomb.yaml"),
+        ("expand to more than 100,000 values", "--config bomb.yaml"),
+        setup=write(
+            "bomb.yaml",
+            "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)),
+        ),
+    ),
+    Case(
+        "yaml",
+        "duplicate key in a flag",
+        digits("fit", "--trainer={{max_epochs: 1, max_epochs: 2}}"),
+        ("is given twice", "trainer: cannot read"),
+    ),
+    Case(
+        "yaml",
+        "PL_FIT__TRAINER not YAML",
+        digits("fit"),
+        ("trainer (from PL_FIT__TRAINER): cannot read '{{{' as YAML", "while parsing a flow node"),
+        env={"PL_FIT__TRAINER": "{{{"},
+    ),
+    Case(
+        "yaml",
+        "a FIFO for a class",
+        digits("fit", "--trainer.strategy={dir}/fifo"),
+        ("a FIFO, device or socket, not a file", "--trainer.strategy="),
+        setup=lambda workdir, ckpt: os.mkfifo(workdir / "fifo"),
+    ),
+    # Numbers: finite, and integers that fit
+    Case(
+        "number",
+        "lr nan",
+        digits("fit", "--model.init_args.optimizer.init_args.lr=nan"),
+        ("must be a finite number", "model.init_args.optimizer.init_args.lr='nan'"),
+    ),
+    Case(
+        "number",
+        "lr .nan in a config file",
+        digits("fit", "--config", "lr.yaml"),
+        ("must be a finite number", "model.init_args.optimizer.init_args.lr=nan"),
+        setup=write("lr.yaml", "model:\n  init_args:\n    optimizer:\n      init_args:\n        lr: .nan\n"),
+    ),
+    Case(
+        "number",
+        "weight_decay inf",
+        digits("fit", "--model.init_args.optimizer.init_args.weight_decay=inf"),
+        ("must be a finite number", "weight_decay"),
+    ),
+    Case(
+        "number",
+        "dropout nan",
+        digits("fit", "--model.init_args.net.init_args.dropout=nan"),
+        ("must be a finite number", "model.init_args.net.init_args.dropout"),
+    ),
+    Case(
+        "number",
+        "gradient_clip_val 1e400",
+        digits("fit", "--trainer.gradient_clip_val=1e400"),
+        ("must be a finite number", "trainer.gradient_clip_val=inf"),
+    ),
+    Case(
+        "number",
+        "val_check_interval .nan",
+        digits("fit", "--trainer.val_check_interval=.nan"),
+        ("must be a finite number", "trainer.val_check_interval=nan"),
+    ),
+    Case(
+        "number",
+        "max_epochs 1e400",
+        digits("fit", "--trainer.max_epochs=1e400"),
+        ("too large for an integer", "trainer.max_epochs"),
+    ),
+    Case(
+        "number",
+        "max_epochs nan",
+        digits("fit", "--trainer.max_epochs=nan"),
+        ("must be a finite number", "trainer.max_epochs"),
+    ),
     # Environment and disk
     Case(
         "environment",

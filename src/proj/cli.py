@@ -35,11 +35,14 @@ from proj.preflight import (
     check_config_files,
     check_defaults,
     check_environment,
+    check_finite,
     check_fits_model,
     check_model_fits_data,
     check_monitors,
+    check_run_names,
     check_save_dir,
     check_seed,
+    check_special_files,
     check_trainer,
     check_weights_only,
 )
@@ -53,6 +56,7 @@ from proj.runs import (
     logger_kind,
     resolve_checkpoint,
 )
+from proj.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42
 
@@ -96,6 +100,8 @@ class _NoTips(logging.Filter):
 
 for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
     logging.getLogger(_name).addFilter(_NoTips())
+
+check_every_yaml()
 
 
 class ProjCLI(LightningCLI):
@@ -162,22 +168,31 @@ class ProjCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
+        check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
+        if subcommand:
+            check_environment(self, subcommand)
         config = self.config[subcommand] if subcommand else self.config
+        self.check_config(config, parser, subcommand)
+        if subcommand and logger_kind(config) == "wandb":
+            # W&B's service writes the run's .wandb file every 15 s by default, and a killed run
+            # loses what it had not written (a run killed in its first 15 s: all of it).
+            os.environ.setdefault(WANDB_FLUSH_INTERVAL, "1")
+
+    def check_config(self, config, parser: LightningArgumentParser, subcommand: str | None) -> None:
+        """Every check of a parsed config made before anything is built (tests/test_fuzz.py runs
+        them on each value it tries, after parsing it alone)."""
+        check_finite(config, parser)
         check_model_fits_data(config, parser)
         check_seed(config, parser)
         self.checkpoint = None  # --ckpt_path's file, read once here for the checks
         self.resumed_step = None  # the optimizer step a resumed `fit` starts from
         if subcommand:
-            check_environment(self, subcommand)
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
             check_save_dir(config, parser)
-            if logger_kind(config) == "wandb":
-                # W&B's service writes the run's .wandb file every 15 s by default, and a killed run
-                # loses what it had not written (a run killed in its first 15 s: all of it).
-                os.environ.setdefault(WANDB_FLUSH_INTERVAL, "1")
+            check_run_names(config, parser, self.config_files)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")

@@ -139,9 +139,105 @@ class ShortErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> None:
         if debugging() or not self.exit_on_error:
             super().error(message, ex)
-        lines = [line for line in message.splitlines() if not line.strip().startswith("Given value")]
-        sys.stderr.write("error: " + "\n".join(lines) + "\n(--help lists the options.)\n")
+        sys.stderr.write(f"error: {one_line(message, self.env_prefix)}\n(--help lists the options.)\n")
         raise SystemExit(2)
+
+
+_CLASS = object()  # on the key path: the values below are the chosen class's init_args
+_NOT_FINITE = {"nan", "inf", "infinity"}
+
+
+def one_line(message: str, env_prefix: object = None) -> str:
+    """jsonargparse's nested report (a ``Parser key`` per level, a list of every Union subtype tried)
+    as one line: the full key of the innermost value refused, and why. Where the value is not a
+    finite number, that is said; where it came from a ``PL_*`` variable, the variable is named."""
+    if "\n" not in message:
+        return message
+    stack: list[tuple[int, object]] = []
+    found: list[tuple[tuple[str, ...], str]] = []
+    given = None
+    for line in message.splitlines():
+        text = line.strip()
+        if not text:
+            continue
+        indent = len(line) - len(line.lstrip())
+        if text.startswith("- "):
+            text, indent = text[2:], indent + 2
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        while text:
+            if match := re.match(r'Parser key "([^"]+)":\s*(.*)', text):
+                # The outermost key holds every line after it, indented or not.
+                stack.append((indent if stack else -1, match[1]))
+                text, indent = match[2], indent + 1
+            elif match := re.match(
+                r"(Problem with given class_path .*?|.* expects a function or a callable class):\s*(.*)", text
+            ):
+                stack.append((indent, _CLASS))
+                text, indent = match[2], indent + 1
+            else:
+                break
+        if text.startswith("Given value:"):
+            given = text.removeprefix("Given value:").strip()
+            if nested := re.fullmatch(r"NestedArg\(key='[^']*', val=(.*)\)", given):
+                given = nested[1]
+        elif text and not text.startswith(
+            ("Does not validate against", "Subtypes:", "Errors:", "Given value")
+        ):
+            found.append((key_path(stack), text))
+    if not found:
+        return " ".join(line.strip() for line in message.splitlines() if line.strip())
+    depth = max(len(path) for path, _ in found)
+    path = next(path for path, _ in found if len(path) == depth)
+    reasons = list(dict.fromkeys(text for p, text in found if p == path))
+    key = ".".join(path)
+    values = [
+        m[1].strip() or "''"
+        for text in reasons
+        if (m := re.search(r"\. Got value:(.*?)(?:\. Got value:.*)?$", text))
+    ]
+    value = values[0] if values else given
+    reasons = [re.sub(r"\. Got value:.*$", "", text) for text in reasons]
+    where = key
+    if (
+        env_prefix
+        and path
+        and (variable := f"{env_prefix}_{path[0]}".replace(".", "__").upper()) in os.environ
+    ):
+        where = f"{key} (from {variable})"
+    if value is not None and value.strip("'\" ").lower().lstrip("+-.") in _NOT_FINITE:
+        if any("<class 'int'>" in text for text in reasons) and "nan" not in value.lower():
+            return (
+                f"{where}={value}: too large for an integer (a number such as 1e400 overflows to "
+                "infinity). Give a whole number."
+            )
+        return f"{where}={value}: must be a finite number. Give a finite value."
+    if reasons[0].startswith("Unable to load config"):
+        detail = [text for text in reasons[1:] if not text.startswith('in "<unicode string>"')]
+        text = value or reasons[0].removeprefix("Unable to load config ")
+        return f"{where}: cannot read {text} as YAML ({'; '.join(detail)})."
+    nullable = any(text.startswith("Expected a <class 'NoneType'>") for text in reasons)
+    kept = [
+        text
+        for text in reasons
+        if not text.startswith(("Expected a <class 'NoneType'>", "Expected a path but"))
+    ]
+    expected = kept and all(text.startswith("Expected a ") for text in kept)
+    reason = "; ".join(kept or reasons) + (" or null" if nullable and expected else "")
+    return f"{where}: {reason}" + (f", got {value}" if value is not None and value not in reason else "")
+
+
+def key_path(stack: list[tuple[int, object]]) -> tuple[str, ...]:
+    """The dotted key of a place in jsonargparse's report: ``init_args`` below each chosen class."""
+    keys: list[str] = []
+    below_class = False
+    for _, key in stack:
+        if key is _CLASS:
+            below_class = True
+            continue
+        keys += ["init_args", str(key)] if below_class and keys else [str(key)]
+        below_class = False
+    return tuple(keys)
 
 
 def refusal(error: BaseException, config) -> str:
@@ -212,6 +308,12 @@ def user_error(error: BaseException) -> str | None:
         return (
             f"cannot write {where}: {error.strerror or error}. Free disk space, or point "
             "trainer.logger.init_args.save_dir at a writable folder with room."
+        )
+    if isinstance(error, PermissionError) and error.filename:
+        return (
+            f"no permission to use '{error.filename}' ({error.strerror}): a folder made read-only "
+            "(chattr +i, a read-only mount, its mode?). Make it writable (`chattr -i`, `chmod u+w`), "
+            "or point trainer.logger.init_args.save_dir at a folder you can write to."
         )
     return None
 

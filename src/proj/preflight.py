@@ -9,8 +9,11 @@ this module.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import itertools
+import math
 import os
 import pickle
 import zipfile
@@ -19,6 +22,7 @@ from typing import Any
 
 import torch
 import yaml
+from jsonargparse import Namespace
 from jsonargparse._formatters import get_env_var
 from lightning.pytorch.cli import (
     LightningArgumentParser,
@@ -27,6 +31,8 @@ from lightning.pytorch.cli import (
     OptimizerCallable,
 )
 from lightning.pytorch.utilities import rank_zero_warn
+
+from proj.strict_yaml import UnsafeYAML, check_yaml
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
@@ -59,7 +65,11 @@ def check_config_files(paths: list[str], parser: LightningArgumentParser) -> Non
         if not Path(path).is_file():
             continue  # jsonargparse names a missing file, and takes inline YAML too
         try:
-            config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            text = Path(path).read_text(encoding="utf-8")
+            check_yaml(text)
+            config = yaml.safe_load(text)
+        except UnsafeYAML as error:
+            parser.error(f"--config {path}: {error}.")
         except UnicodeDecodeError as error:
             parser.error(
                 f"--config {path}: not UTF-8 text ({error.reason} at byte {error.start}). Save it as UTF-8."
@@ -77,6 +87,27 @@ def check_config_files(paths: list[str], parser: LightningArgumentParser) -> Non
                 f"--config {path}: holds a YAML {type(config).__name__}, where a config is a mapping of "
                 "keys (`trainer:`, `model:`, `data:` ...). Write it as `key: value` lines."
             )
+
+
+def check_special_files(args: list[str], parser: LightningArgumentParser) -> None:
+    """A flag's or ``PL_*`` variable's value that names a FIFO, a device or a socket is refused: the
+    parser reads a path given for a class or a mapping as a config file, and reading ``/dev/zero``
+    or a FIFO without a writer never ends."""
+    values = [
+        (arg.split("=", 1)[0], arg.split("=", 1)[1])
+        for arg in map(str, args)
+        if arg.startswith("--") and "=" in arg
+    ]
+    values += [(name, value) for name, value in os.environ.items() if name.startswith("PL_")]
+    values += [(before, arg) for before, arg in itertools.pairwise(map(str, args)) if before.startswith("--")]
+    for name, value in values:
+        path = Path(str(value)).expanduser()
+        with contextlib.suppress(OSError, ValueError):
+            if path.exists() and not (path.is_file() or path.is_dir()):
+                parser.error(
+                    f"{name}={value}: a FIFO, device or socket, not a file; reading it would never end "
+                    "(or fail). Give a regular file or a value."
+                )
 
 
 def check_model_fits_data(config, parser: LightningArgumentParser) -> None:
@@ -178,6 +209,26 @@ def check_seed(config, parser: LightningArgumentParser) -> None:
         )
 
 
+def check_finite(config: Any, parser: LightningArgumentParser, key: str = "") -> None:
+    """No setting takes nan or an infinity (``.nan``, ``.inf`` or ``1e400`` in YAML; a string ``nan``
+    the parser refuses itself): a learning rate, a dropout or a clipping norm of nan trains on
+    garbage without a word. Every number of the parsed config passes here, whatever its key."""
+    if isinstance(config, float) and not math.isfinite(config):
+        parser.error(f"{key}={config}: must be a finite number. Give a finite value.")
+    items = (
+        vars(config).items()
+        if isinstance(config, Namespace)
+        else config.items()
+        if isinstance(config, dict)
+        else ()
+    )
+    for name, value in items:
+        check_finite(value, parser, f"{key}.{name}" if key else name)
+    if isinstance(config, (list, tuple)):
+        for index, value in enumerate(config):
+            check_finite(value, parser, f"{key}[{index}]")
+
+
 def check_environment(cli: LightningCLI, subcommand: str) -> None:
     """A ``PL_FIT__...`` variable that names no setting would be ignored without a word.
 
@@ -252,6 +303,76 @@ def check_save_dir(config, parser: LightningArgumentParser) -> None:
             f"trainer.logger.init_args.save_dir: '{existing}' is not writable (a read-only disk or "
             "folder?). Point save_dir at a folder you can write to."
         )
+
+
+def check_run_names(config, parser: LightningArgumentParser, config_files: list[str]) -> None:
+    """A run writes into ``<save_dir>/<name>/<version>/`` and nowhere else: each part of that path a
+    logger takes from the config must be one plain folder name, and the experiment's folder must lie
+    inside ``save_dir`` (a name of ``..``, ``a/b``, ``/tmp/x`` or an empty one, or a config file named
+    ``...yaml`` whose stem is the default name, would write elsewhere or beside every experiment)."""
+    from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
+
+    loggers = config.trainer.get("logger")
+    for spec in loggers if isinstance(loggers, list) else [loggers]:
+        class_path = spec.get("class_path") if hasattr(spec, "get") else None
+        if not class_path:
+            continue
+        logger, init_args = _import(class_path), spec.get("init_args") or {}
+        if issubclass(logger, MLFlowLogger):  # its folders are named by the store's ids
+            continue
+        parts = ["project"] if issubclass(logger, WandbLogger) else ["name", "sub_dir"]
+        parts.append("version")
+        save_dir = init_args.get("save_dir") or config.trainer.get("default_root_dir") or "."
+        for part in parts:
+            value = init_args.get(part)
+            if (value is None and part != "name") or isinstance(value, int):
+                continue
+            problem = folder_name_problem(value)
+            if problem is None:
+                continue
+            key = f"trainer.logger.init_args.{part}"
+            stem = (
+                config_files[0]
+                if config_files and part == "name" and value == Path(config_files[0]).stem
+                else None
+            )
+            source = f" (the file name of --config {stem})" if stem else ""
+            fix = "Rename the file, or set --trainer.logger.init_args.name" if stem else f"Set {key}"
+            parser.error(
+                f"{key}={value!r}{source}: {problem}, so the run would not write under "
+                f"{save_dir}/ alone. {fix} to a plain folder name such as 'digits_small'."
+            )
+        if "://" in str(save_dir):
+            continue
+        folder = Path(save_dir) / str(init_args.get("project" if issubclass(logger, WandbLogger) else "name"))
+        inside = Path(os.path.expandvars(folder)).resolve()
+        if not inside.is_relative_to(Path(save_dir).resolve()):
+            parser.error(
+                f"trainer.logger.init_args: the experiment's folder '{folder}' leads to {inside}, outside "
+                f"{save_dir}/ (a link?). Use another name, or remove the link."
+            )
+        if folder.is_dir() and not os.access(folder, os.W_OK):  # os.access sees chattr +i, also as root
+            parser.error(
+                f"trainer.logger.init_args: the experiment's folder '{folder}' is not writable, so no run "
+                "can be made in it (chattr +i, a read-only mount, its permissions?). Make it writable "
+                "(`chattr -i`, `chmod u+w`), or set another save_dir or name."
+            )
+
+
+def folder_name_problem(value: object) -> str | None:
+    """Why ``value`` is no single folder name, or None when it is one."""
+    text = "" if value is None else str(value)
+    if text.strip() in ("", "."):
+        return "an empty name puts the runs of every experiment in one folder"
+    if os.path.isabs(text) or text.startswith("~"):
+        return "an absolute path leads out of the runs folder"
+    if ".." in Path(text).parts or text.strip(". ") == "":
+        return "'..' leads out of the runs folder"
+    if "/" in text or "\\" in text or "\0" in text:
+        return "a path separator makes it several folders"
+    if "$" in text and os.path.expandvars(text) != text:
+        return "a $VARIABLE in it would be expanded into a path"
+    return None
 
 
 def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:

@@ -275,9 +275,11 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage with heartbeats (a trial whose worker went silent is failed and retried
     once with the same values). SQLite waits for a busy database rather than erring at once: several
     workers and their trials write to one file."""
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     sqlite = url.startswith("sqlite")
+    if sqlite:
+        check_sqlite_file(url)
     attempt = 1
     while True:
         try:
@@ -289,16 +291,71 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
                 heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1),
             )
             break
-        except SQLAlchemyError:
+        except ArgumentError as error:  # an unknown database kind, a malformed URL: no retry helps
+            raise storage_refused(url, error) from None
+        except SQLAlchemyError as error:
             # Workers started together on a new database race to create its tables; the loser finds
             # them made on its next try.
             if attempt == 5:
-                raise
+                raise storage_refused(url, error) from None
             time.sleep(attempt)
             attempt += 1
     if sqlite:
         lock_at_begin(storage.engine)
     return storage
+
+
+def check_sqlite_file(url: str) -> None:
+    """An SQLite study file must be one SQLite can open: in an existing folder, and an SQLite
+    database (or empty) where it exists. Said at once, rather than after the retries."""
+    name = make_url(url).database
+    if not name or name == ":memory:":
+        return
+    path = Path(name)
+    if not path.parent.is_dir():
+        raise SweepConfigError(
+            f"--storage {url}: the folder {path.parent}/ does not exist, so SQLite cannot create "
+            f"{path.name} there. Create the folder, or give a path in an existing one."
+        )
+    if path.is_dir():
+        raise SweepConfigError(f"--storage {url}: {path} is a folder, not an SQLite file. Name a file in it.")
+    try:
+        with open(path, "rb") as file:
+            head = file.read(16)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise SweepConfigError(
+            f"--storage {url}: cannot read {path} ({error.strerror}). Check its permissions."
+        ) from None
+    if head and head != b"SQLite format 3\0":
+        raise SweepConfigError(
+            f"{path}: not an SQLite database, so it holds no study (overwritten or another file?). Move "
+            "it aside to start the study afresh, or pass --storage with the study's real database."
+        )
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs may show it: without its password."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        raise SweepConfigError(
+            f"--storage {url}: not a database URL. Give an SQLAlchemy URL, e.g. "
+            "sqlite:///runs/sweeps/study.db or postgresql://user@host/db."
+        ) from None
+
+
+def storage_refused(url: str, error: Exception) -> SweepConfigError:
+    """The refusal of a study database that cannot be opened: the URL (without its password) and why."""
+    shown = shown_url(url)
+    reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+    return SweepConfigError(
+        f"--storage {shown}: cannot open the study's database ({reason}). Give an SQLAlchemy URL that "
+        "works here, e.g. sqlite:///runs/sweeps/study.db or postgresql://user@host/db."
+    )
 
 
 def lock_at_begin(engine: Engine) -> None:
@@ -697,7 +754,7 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
         storage_url = args.storage or default_storage(sweep)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module prints one line per trial
         started = time.monotonic()
-        shown = make_url(storage_url).render_as_string(hide_password=True)  # logs keep no password
+        shown = shown_url(storage_url)
         print(f"Sweep '{sweep.name}': study in {shown}, trials under {sweep.folder}/", flush=True)
         study = run_worker(sweep, storage_url, args.n_trials or sweep.n_trials)
     except SweepConfigError as error:

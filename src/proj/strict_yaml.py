@@ -1,0 +1,84 @@
+"""YAML as the CLI reads it, from config files, flags and ``PL_*`` variables alike: a key given twice
+is refused (YAML keeps the last without a word), and so is a document whose aliases expand past any
+config's size (nested aliases, a "billion laughs", would hang the parser while memory grows).
+
+jsonargparse loads every config file and every value through one YAML loader; ``install`` puts this
+check in front of it, so no way of giving YAML escapes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from jsonargparse import get_loader, set_loader
+
+# Far above any config (the largest shipped one is a few hundred nodes), far below what hangs.
+MAX_NODES = 100_000
+
+
+class UnsafeYAML(yaml.YAMLError):
+    """YAML that parses but cannot be meant: a repeated key, or aliases expanding without bound."""
+
+
+def check_yaml(text: str) -> None:
+    """Raise ``UnsafeYAML`` for a repeated key (naming it and both lines) or for aliases that expand
+    to more than ``MAX_NODES`` nodes; syntax errors are left to the loader, which reports them."""
+    try:
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return
+    if node is not None:
+        expanded(node, {}, [])
+
+
+def expanded(node: yaml.Node, sizes: dict[int, int], path: list[str]) -> int:
+    """The number of nodes ``node`` stands for once every alias is copied out, each shared node
+    counted once per use (``sizes`` keeps what is known), checking every mapping's keys on the way."""
+    if id(node) in sizes:
+        size = sizes[id(node)]
+    else:
+        size = 1
+        if isinstance(node, yaml.MappingNode):
+            check_keys(node, path)
+            for key, value in node.value:
+                size += expanded(key, sizes, path) + expanded(value, sizes, [*path, str(key.value)])
+        elif isinstance(node, yaml.SequenceNode):
+            size += sum(expanded(item, sizes, path) for item in node.value)
+        sizes[id(node)] = size
+    if size > MAX_NODES:
+        raise UnsafeYAML(
+            f"its aliases (*name) expand to more than {MAX_NODES:,} values, more than any config holds "
+            "(nested aliases?). Write the values out, or use fewer levels of aliases"
+        )
+    return size
+
+
+def check_keys(node: yaml.MappingNode, path: list[str]) -> None:
+    seen: dict[Any, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        if key.value in seen:
+            where = f" under '{'.'.join(path)}'" if path else ""
+            raise UnsafeYAML(
+                f"key '{key.value}'{where} is given twice (lines {seen[key.value]} and {line}); YAML "
+                "would keep the last silently. Keep one of them"
+            )
+        seen[key.value] = line
+
+
+def install() -> None:
+    """Check every YAML jsonargparse loads, before its own loader reads it."""
+    load = get_loader("yaml")
+    if getattr(load, "checked", False):
+        return
+
+    def checked_load(text: str) -> Any:
+        if isinstance(text, str):
+            check_yaml(text)
+        return load(text)
+
+    checked_load.checked = True
+    set_loader("yaml", checked_load, (yaml.YAMLError,))

@@ -1,0 +1,202 @@
+"""The configuration fuzzer: every key the CLI accepts, taken from its own parser (a new key is
+covered without editing this file), given typed garbage. Each case must either be refused with exit
+2 and one line naming the key, or be accepted with the value as given; never a traceback.
+
+Most cases parse the one flag onto the experiment's parsed config and run the CLI's checks of a
+parsed config (``ProjCLI.check_config``), a tenth of a second each; a sample runs whole commands
+through ``main``, a tiny fit where the value is accepted, and checks that nothing was written outside
+``runs/`` and ``data/`` and that an earlier run stayed byte-identical. Seeded (``derandomize``);
+``PROJ_FUZZ_EXAMPLES`` sets the number of cases (``make fuzz`` runs many more).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonargparse import Namespace
+
+from conftest import TINY_FIT, config
+from proj.cli import ProjCLI, main
+from proj.preflight import check_special_files
+
+EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500"))
+WHOLE_COMMANDS = 4  # of them, run through `main` as a user would
+DIGITS = config("digits.yaml")
+FIFO = "/tmp/proj-fuzz-fifo"
+
+GARBAGE = [
+    "nan",
+    ".nan",
+    "inf",
+    "-inf",
+    ".inf",
+    "1e400",
+    "-1e400",
+    "-1",
+    "0",
+    "-0.5",
+    "1.5",
+    str(2**70),
+    str(-(2**70)),
+    "true",
+    "null",
+    "",
+    "[]",
+    "[1, 2]",
+    "{}",
+    "{a: 1}",
+    "abc",
+    "../../escape",
+    "/dev/zero",
+    FIFO,
+    "{{{",
+]
+
+
+def leaves(namespace: Namespace, prefix: str = "") -> list[str]:
+    """The dotted key of every value in a parsed config."""
+    keys = []
+    for name, value in vars(namespace).items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Namespace):
+            keys += leaves(value, f"{key}.")
+        elif name not in ("config", "__path__", "__default_config__"):
+            keys.append(key)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> ProjCLI:
+    """The digits experiment's CLI, parsed and built once (``run=False``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path_factory.mktemp("fuzz"))
+        return ProjCLI(args=["--config", DIGITS], run=False)
+
+
+@pytest.fixture(scope="module")
+def fifo() -> str:
+    with contextlib.suppress(FileExistsError):
+        os.mkfifo(FIFO)
+    yield FIFO
+    os.unlink(FIFO)
+
+
+def value_at(config: Namespace, key: str) -> object:
+    for part in key.split("."):
+        config = config.get(part) if isinstance(config, Namespace) else None
+    return config
+
+
+def as_given(parsed: object, text: str) -> bool:
+    """Whether the parser kept ``text`` as the value it says (a number, a string, a list...)."""
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        loaded = text
+    if isinstance(parsed, (int, float)) and isinstance(loaded, (int, float)):
+        return math.isclose(parsed, loaded) or parsed == loaded
+    if isinstance(parsed, Namespace):
+        return True  # a class given by path or mapping: the parser built its init_args
+    return parsed in (loaded, text) or str(parsed) == text or (parsed in ((), []) and loaded in ((), []))
+
+
+def check_refusal(err: str, key: str) -> None:
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    part = key.split(".")[-1]
+    assert part in lines[0] or key.split(".")[0] in lines[0], f"{key}: {lines[0]}"
+
+
+@pytest.fixture
+def quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROJ_DEBUG")
+
+
+@pytest.mark.slow
+def test_fuzz_keys_with_garbage(cli, fifo, quiet, capsys, workdir):
+    keys = sorted(leaves(cli.config))
+    assert len(keys) > 100  # every key of the experiment, from the parser: trainer, model, data, callbacks
+    cases, refused = [], []
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(key=st.sampled_from(keys), text=st.sampled_from(GARBAGE) | st.integers().map(str))
+    def case(key: str, text: str) -> None:
+        cases.append(key)
+        try:
+            check_special_files([f"--{key}={text}"], cli.parser)  # as ProjCLI.parse_arguments does first
+            parsed = cli.parser.parse_args(
+                [f"--{key}={text}"], namespace=cli.config.clone(), defaults=False, env=False
+            )
+            cli.check_config(parsed, cli.parser, "fit")
+        except SystemExit as exit:
+            assert exit.code == 2
+            check_refusal(capsys.readouterr().err, key)
+            refused.append(key)
+            return
+        capsys.readouterr()
+        assert as_given(value_at(parsed, key), text), f"--{key}={text} became {value_at(parsed, key)!r}"
+
+    case()
+    assert len(cases) >= min(EXAMPLES, 500)
+    assert 0 < len(refused) < len(cases)
+    print(f"{len(cases)} cases over {len(set(cases))} keys, {len(refused)} refused")
+    assert not any(workdir.iterdir()), f"a parse wrote {list(workdir.iterdir())}"
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+# Whole commands: one accepted (a tiny fit that must use the value) and refused ones of each stage.
+COMMANDS = [
+    ("--model.init_args.optimizer.init_args.weight_decay=0", 0),
+    ("--trainer.gradient_clip_val=.inf", 2),
+    ("--trainer.logger.init_args.version=../x", 2),
+    ("--data.init_args.batch_size=1e400", 2),
+][:WHOLE_COMMANDS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("flag", "code"), COMMANDS)
+def test_fuzz_whole_commands(flag: str, code: int, workdir: Path, quiet, capsys):
+    """The contract through ``main``: exit code, one line, nothing outside runs/ and data/, an earlier
+    run byte-identical."""
+    earlier = workdir / "runs" / "digits" / "version_0"
+    earlier.mkdir(parents=True)
+    (earlier / "metrics.csv").write_text("epoch,step,val/loss\n0,1,2.0\n")
+    before = digests(workdir / "runs")
+    with pytest.raises(SystemExit) if code else contextlib.nullcontext() as exit:
+        main(["fit", "--config", DIGITS, *TINY_FIT, "--test_after_fit=false", flag])
+    err = capsys.readouterr().err
+    if code:
+        assert exit.value.code == code
+        check_refusal(err, flag.split("=")[0].removeprefix("--"))
+        assert sorted(p.name for p in (workdir / "runs" / "digits").iterdir()) == ["version_0"]
+    else:
+        assert "Traceback" not in err
+        saved = yaml.safe_load((workdir / "runs" / "digits" / "version_1" / "config.yaml").read_text())
+        assert saved["model"]["init_args"]["optimizer"]["init_args"]["weight_decay"] == 0
+    assert {p.name for p in workdir.iterdir()} <= {"runs", "data"}
+    after = digests(workdir / "runs")
+    assert {k: after.get(k) for k in before} == before
+    shutil.rmtree(workdir / "runs")
