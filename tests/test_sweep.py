@@ -304,3 +304,14 @@ def test_a_key_the_cli_refuses_stops_the_sweep_at_its_first_trial(workdir):
     assert worker.wait(timeout=300) == 2
     output = (workdir / "typo.log").read_text()
     assert "trial 0: the CLI refused its command" in output and "lrr" in output
+
+
+@pytest.mark.slow
+def test_a_metric_the_model_does_not_log_stops_the_sweep_before_its_first_trial_trains(workdir, monkeypatch):
+    monkeypatch.delenv("PROJ_DEBUG")  # the trial's refusal as a user sees it: one line, exit 2
+    worker = start_worker(write_sweep(workdir / "metric.yaml", metric="val/los"), workdir, "metric.log")
+    assert worker.wait(timeout=300) == 2
+    output = (workdir / "metric.log").read_text()
+    assert "trial 0: the CLI refused its command" in output
+    assert "metric (of the sweep config)=val/los" in output and "Did you mean val/loss?" in output
+    assert not list(workdir.glob("runs/sweeps/*/trial_0/version_*/checkpoints/*.ckpt")), "it trained"

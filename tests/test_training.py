@@ -37,7 +37,7 @@ def test_mlp_swapped_in_by_config_alone_learns(workdir):
         ]
     )
     assert type(cli.model.net).__name__ == "MLP"
-    # Measured 0.936-0.942 over 1, 2 and 4 threads and seeds 42, 1 and 7: the bar sits below the worst.
+    # Measured 0.936-0.958 over 1, 2 and 4 threads and seeds 42, 1 and 7: the bar sits below the worst.
     assert cli.trainer.callback_metrics["test/acc"] >= 0.9
 
 

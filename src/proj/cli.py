@@ -230,6 +230,8 @@ class ProjCLI(LightningCLI):
                 callback, "monitor", None
             )
         found["model.init_args.scheduler_monitor"] = getattr(self.model, "scheduler_monitor", None)
+        if self.subcommand == "fit" and (pruning := OptunaPruning.from_environment()) is not None:
+            found["metric (of the sweep config)"] = pruning.metric  # a misspelt one: refused at trial 0
         return found
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
