@@ -224,7 +224,8 @@ class Proof:
             raise StageFailed(f"exit {done.returncode}: {tail(log)}")
 
     def fit(self, name: str, args: Sequence[str], budget: float | None = None) -> dict[str, list[float]]:
-        """``python -m proj fit`` logging to runs/<name>/version_0 in the working folder; its metrics."""
+        """``python -m proj fit`` logging to runs/<name>/version_0 in the working folder; its
+        metrics."""
         save = [
             f"--trainer.logger.init_args.save_dir={self.work / 'runs'}",
             f"--trainer.logger.init_args.name={name}",
@@ -236,7 +237,8 @@ class Proof:
 
 
 def in_process(command: list[str]) -> None:
-    """``python -m proj …`` or ``python script.py …`` run in this process; what stops it, a failure."""
+    """``python -m proj …`` or ``python script.py …`` run in this process; what stops it, a
+    failure."""
     saved = sys.argv
     try:
         if command[1:3] == ["-m", "proj"]:
@@ -317,8 +319,8 @@ def environment(proof: Proof, stage: Stage) -> None:
         import proj.cli  # noqa: F401  (jsonargparse with it)
     except ImportError as error:
         raise StageFailed(
-            f"cannot import proj.cli ({error}): install the wheels benchmarks/gpu_wheels.sh downloads "
-            "and put src/ on PYTHONPATH (README, Benchmarks)"
+            f"cannot import proj.cli ({error}): install the wheels benchmarks/gpu_wheels.sh "
+            "downloads and put src/ on PYTHONPATH (README, Benchmarks)"
         ) from None
     if proof.smoke and proof.corpus is None:
         proof.corpus = proof.work / "verse.txt"

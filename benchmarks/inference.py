@@ -2,8 +2,8 @@
 
 For an image experiment built from its config as shipped (``digits`` by default; the weights do not
 change the speed, so none are trained), the network behind the data's normalisation
-(``proj.nets.PixelInput``, what ``python -m proj export`` traces) is exported as ``export`` does it,
-into a temporary folder, and three ways of running it are timed on the same random pixels, in
+(``proj.nets.PixelInput``, what ``python -m proj export`` traces) is exported as ``export``
+does it, into a temporary folder, and three ways of running it are timed on the same random pixels, in
 images per second at batch sizes 1 and 64:
 
 - ``onnxruntime``: ``model.onnx`` in an onnxruntime CPU session;

@@ -642,15 +642,16 @@ CASES: list[Case] = [
     ),
     Case(
         "text",
-        "a device as path",
-        text("fit", "--data.init_args.path=/dev/zero"),
+        "a device as path in a config file",
+        text("fit", "--config", "device.yaml"),
         ("is not a regular file (a device, pipe or socket)", "data.path: '/dev/zero'"),
+        setup=write("device.yaml", "data:\n  init_args:\n    path: /dev/zero\n"),
     ),
     Case(
         "text",
         "a FIFO as path",
         text("fit", "--data.init_args.path=pipe"),
-        ("is not a regular file (a device, pipe or socket)", "data.path: 'pipe'"),
+        ("a FIFO, device or socket, not a file", "--data.init_args.path=pipe"),
         setup=lambda workdir, ckpt: os.mkfifo(workdir / "pipe"),
     ),
     Case(

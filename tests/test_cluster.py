@@ -209,7 +209,8 @@ def test_scancel_stops_the_job_for_good_and_the_printed_command_resumes_it(tmp_p
     assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), log[-3000:]
     assert "exit code 143" in log and "so it is not requeued here" in log
     command = log.split("Resume with: ", 1)[1].splitlines()[0]
-    assert command.startswith("python -m proj fit --config runs/digits/version_0/config.yaml --ckpt_path ")
+    expected = "python -m proj fit --config runs/digits/version_0/config.yaml --ckpt_path "
+    assert command.startswith(expected)
     resumed = subprocess.run(
         [sys.executable, *shlex.split(command)[1:]], cwd=folder, env=ENV, capture_output=True, text=True,
         timeout=300,

@@ -252,7 +252,9 @@ for script, argv in {[(str(EXAMPLES / s), a) for s, a in runs]!r}:
     with contextlib.redirect_stdout(out):
         runpy.run_path(script, run_name="__main__")
     outputs.append(out.getvalue())
-imported = sorted(m for m in sys.modules if m.split(".")[0] in ("proj", "lightning", "pytorch_lightning"))
+imported = sorted(
+    m for m in sys.modules if m.split(".")[0] in ("proj", "lightning", "pytorch_lightning")
+)
 print(json.dumps({{"outputs": outputs, "imported": imported}}))
 """
     result = subprocess.run([sys.executable, "-c", driver], cwd=workdir, capture_output=True, text=True)

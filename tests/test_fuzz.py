@@ -102,11 +102,18 @@ def as_given(parsed: object, text: str) -> bool:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError:
         loaded = text
-    if isinstance(parsed, (int, float)) and isinstance(loaded, (int, float)):
-        return math.isclose(parsed, loaded) or parsed == loaded
     if isinstance(parsed, Namespace):
         return True  # a class given by path or mapping: the parser built its init_args
-    return parsed in (loaded, text) or str(parsed) == text or (parsed in ((), []) and loaded in ((), []))
+    return same(parsed, loaded) or str(parsed) == text
+
+
+def same(parsed: object, loaded: object) -> bool:
+    """``parsed`` is ``loaded`` as its type holds it: ``1`` as ``1.0``, a list as a tuple."""
+    if isinstance(parsed, (int, float)) and isinstance(loaded, (int, float)):
+        return math.isclose(parsed, loaded) or parsed == loaded
+    if isinstance(parsed, (list, tuple)) and isinstance(loaded, (list, tuple)):
+        return len(parsed) == len(loaded) and all(map(same, parsed, loaded))
+    return parsed == loaded
 
 
 def check_refusal(err: str, key: str) -> None:

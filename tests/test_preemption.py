@@ -97,8 +97,8 @@ def test_signal_saves_and_exits_non_zero(task, signum, tmp_path):
     last = f"runs/{TASKS[task][1]}/version_0/checkpoints/last.ckpt"
     assert f"Received {signal.Signals(signum).name} at step" in output
     assert (
-        f"Resume with: python -m proj fit --config {Path(last).parents[1]}/config.yaml --ckpt_path {last}"
-        in output
+        f"Resume with: python -m proj fit --config {Path(last).parents[1]}/config.yaml "
+        f"--ckpt_path {last}" in output
     )
     assert "UserWarning" not in output, "a plain line, not a warning with a source path"
     assert_saved_and_resumable(tmp_path, 5, task=task)

@@ -1,4 +1,5 @@
-"""The command line: ``python -m proj {fit,validate,test,predict,export} --config A.yaml [--config B.yaml]``.
+"""The command line: ``python -m proj {fit,validate,test,predict,export} --config A.yaml``, with
+more ``--config`` files stacked after it.
 
 A thin ``LightningCLI``: every command starts from ``configs/defaults.yaml`` (the standard callbacks
 are keys of their own there, so a config changes one setting without restating a list), model and
