@@ -5,6 +5,7 @@ and a kill -9 mid-epoch resumed bit-identical."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -189,3 +190,36 @@ def test_a_broken_jpeg_is_told_to_be_copied_again_not_converted(tmp_path, workdi
     assert "error: data.root: 1 file(s)" in err and "'train/c1/photo.jpg' is truncated" in err
     assert "Copy it again" in err and "convert" not in err.lower() and "Traceback" not in err
     assert not list(workdir.glob("runs/*/*")), "no run directory left behind"
+
+
+@pytest.mark.slow  # a tiny fit, a predict and an export
+def test_the_checkpoint_names_the_folders_classes_for_predict_and_export_without_the_data(workdir):
+    """The class names are the training folders', kept in the checkpoint: once the folders are gone
+    (renamed here), predict's rows and export's model.json still say them."""
+    root = workdir / "shapes"
+    for index in range(24):
+        for label, level in (("bright", 230), ("dark", 25)):
+            write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
+    common = (
+        "--config",
+        config("image_folder.yaml"),
+        *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
+        "--trainer.max_epochs=1",
+    )
+    main(["fit", *common, "--test_after_fit=false"])
+    last = workdir / "runs" / "image_folder" / "version_0" / "checkpoints" / "last.ckpt"
+    assert list(torch.load(last, weights_only=True)["hyper_parameters"]["classes"]) == ["bright", "dark"]
+    mine = workdir / "mine"
+    mine.mkdir()
+    shutil.copy(root / "dark" / "0.png", mine / "dark.png")
+    shutil.copy(root / "bright" / "0.png", mine / "bright.png")
+    (root / "bright").rename(root / "class_a")
+    (root / "dark").rename(root / "class_b")
+    with pytest.warns(UserWarning, match=r"classes \(class_a, class_b\) are not the checkpoint's"):
+        main(["predict", *common, f"--data.init_args.predict_path={mine}", f"--ckpt_path={last}"])
+    with open(last.parents[1] / "predictions.csv", newline="") as f:
+        named = {row["file"]: row["class"] for row in csv.DictReader(f)}
+    assert set(named.values()) <= {"bright", "dark"}, named
+    main(["export", *common, f"--ckpt_path={last}", "--formats=pt2"])
+    (described,) = last.parents[1].glob("export/*/model.json")
+    assert json.loads(described.read_text())["classes"] == ["bright", "dark"]

@@ -217,6 +217,7 @@ class ProjCLI(LightningCLI):
         checkpoint, self.checkpoint = self.checkpoint, None
         if checkpoint is not None:
             check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)
+            adopt_saved_classes(checkpoint, self.model)
 
     def monitors(self) -> dict[str, str | None]:
         """Each metric the command's callbacks and scheduler monitor, under the setting naming it."""
@@ -312,6 +313,20 @@ def early_stops(trainer: Trainer) -> list[str]:
             "validations it waits for an improvement."
         )
     return lines
+
+
+def adopt_saved_classes(checkpoint: dict, model: LightningModule) -> None:
+    """The checkpoint's class names, not the data's: output ``i`` means what it meant in training,
+    also where the data's folders were renamed since (the CLI links the data's names in first)."""
+    saved = (checkpoint.get("hyper_parameters") or {}).get("classes")
+    linked = getattr(model, "classes", None)
+    if not saved or linked is None or list(linked) == [str(name) for name in saved]:
+        return
+    model.classes = [str(name) for name in saved]
+    rank_zero_warn(
+        f"The data's classes ({', '.join(linked)}) are not the checkpoint's ({', '.join(model.classes)}): "
+        "outputs are named as the checkpoint names them, and labels read from this data may mean others."
+    )
 
 
 def defaults_for(subcommands: dict | None) -> dict:
