@@ -7,6 +7,7 @@ refusal to read in one line. (The project's own refusals: test_bad_input.py.)
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,14 @@ def user_net(workdir: Path, monkeypatch: pytest.MonkeyPatch):
     """Writes ``my_net.py`` (its output layer's size as ``classes``) where the command can import it."""
     monkeypatch.syspath_prepend(str(workdir))
     monkeypatch.delenv("PROJ_DEBUG")
+    sys.modules.pop("my_net", None)  # this test's file, never the module another test imported
 
     def write(classes: str) -> list[str]:
         (workdir / "my_net.py").write_text(NET.replace("{classes}", classes))
         return ["fit", "--config", config("digits.yaml"), *TINY_FIT, "--model.init_args.net=my_net.MyNet"]
 
-    return write
+    yield write
+    sys.modules.pop("my_net", None)
 
 
 def test_a_bug_in_a_users_network_shows_its_traceback(user_net, workdir, capsys):
