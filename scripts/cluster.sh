@@ -144,17 +144,16 @@ start_postgres() {
   # The server refuses to run as root: it runs as the postgres user, which owns its folder.
   id postgres >/dev/null 2>&1 || fail "no 'postgres' user (the postgresql-15 package creates it)"
   [[ -L $dir && ! -e $dir ]] && rm "$dir" # its folder outside the checkout is gone (a reboot)
-  if [[ ! -e $dir ]]; then
-    mkdir -p "$dir"
-    chown postgres: "$dir"
-    # A checkout below a folder only root may enter (mktemp -d makes such ones) is out of the postgres
-    # user's reach: its database then lives in a folder of its own under /tmp, linked from here.
-    if ! runuser -u postgres -- test -w "$dir"; then
-      rmdir "$dir"
-      ln -s "$(mktemp -d /tmp/proj-postgres.XXXXXX)" "$dir"
-    fi
-  fi
+  mkdir -p "$dir"
   chown postgres: "$dir/"
+  # A checkout below a folder only root may enter (mktemp -d makes such ones) is out of the postgres
+  # user's reach: its database then lives in a folder of its own under /tmp, linked from here.
+  if ! runuser -u postgres -- test -w "$dir/"; then
+    [[ -L $dir || -f $dir/data/PG_VERSION ]] && fail "the postgres user cannot write $dir"
+    rm -rf "$dir"
+    ln -s "$(mktemp -d /tmp/proj-postgres.XXXXXX)" "$dir"
+    chown postgres: "$dir/"
+  fi
   if [[ ! -f $dir/data/PG_VERSION ]]; then
     runuser -u postgres -- "$pg_bin/initdb" -D "$dir/data" --auth=trust --username=postgres \
       >"$dir/initdb.log" 2>&1 || fail "initdb failed; see $dir/initdb.log:
