@@ -154,6 +154,7 @@ start_postgres() {
     ln -s "$(mktemp -d /tmp/proj-postgres.XXXXXX)" "$dir"
     chown postgres: "$dir/"
   fi
+  dir=$(readlink -f "$dir") # the server itself goes by a path it can reach
   if [[ ! -f $dir/data/PG_VERSION ]]; then
     runuser -u postgres -- "$pg_bin/initdb" -D "$dir/data" --auth=trust --username=postgres \
       >"$dir/initdb.log" 2>&1 || fail "initdb failed; see $dir/initdb.log:
