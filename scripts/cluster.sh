@@ -148,7 +148,7 @@ start_postgres() {
   chown postgres: "$dir/"
   # A checkout below a folder only root may enter (mktemp -d makes such ones) is out of the postgres
   # user's reach: its database then lives in a folder of its own under /tmp, linked from here.
-  if ! runuser -u postgres -- test -w "$dir/"; then
+  if ! runuser -u postgres -- test -w "$(readlink -f "$dir")/"; then
     [[ -L $dir || -f $dir/data/PG_VERSION ]] && fail "the postgres user cannot write $dir"
     rm -rf "$dir"
     ln -s "$(mktemp -d /tmp/proj-postgres.XXXXXX)" "$dir"
