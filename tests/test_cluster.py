@@ -303,10 +303,13 @@ def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers
     victim = running()[0]
     pid = int(victim.user_attrs["worker"].rsplit(":", 1)[1])
     os.killpg(pid, signal.SIGKILL)  # the worker and its trial
+    killed = next(w for w in workers if w.pid == pid)
+    # Reaped at once, as a shell reaps its job: a zombie still answers kill(pid, 0), so the others
+    # would take its worker for alive and its trial for running.
+    killed.wait(timeout=60)
     for worker in workers:
         worker.wait(timeout=300)
     outputs = [log.read_text() for log in logs]
-    killed = next(w for w in workers if w.pid == pid)
     assert killed.returncode == -signal.SIGKILL and all(w.returncode == 0 for w in workers if w is not killed)
 
     trials = check_study("shared", database, 4, outputs, folder)
