@@ -53,15 +53,10 @@ def reported_errors() -> Iterator[None]:
             raise
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    except (ConfigError, OSError) as error:
-        message = user_error(error)
-        if message is None or debugging():
-            raise
-        RunLock.remove_new_runs()
-        print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
-        raise SystemExit(2) from None
-    except (ValueError, MisconfigurationException) as error:
-        message = lightning_refusal(error)
+    except (ConfigError, OSError, ValueError, MisconfigurationException) as error:
+        # A ConfigError is a ValueError too: the project's own refusals first, then Lightning's.
+        refused = isinstance(error, (ConfigError, OSError))
+        message = user_error(error) if refused else lightning_refusal(error)
         if message is None or debugging():
             raise
         RunLock.remove_new_runs()

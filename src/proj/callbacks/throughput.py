@@ -174,23 +174,18 @@ def training_flops(net: nn.Module, inputs: torch.Tensor) -> int:
 # MFU (Lightning-AI/pytorch-lightning#21677): its "h200 sxm1" entry, which no H200's name ("NVIDIA
 # H200") reaches, and its "h100 nvl" are sparse. Its H100 SXM and PCIe and A100 entries are dense
 # (tests/test_throughput.py checks them). Keys: words of the device's name, the most specific first.
+# The H200 NVL and the H100 NVL share one datasheet's figures.
+NVL_PEAKS: dict[torch.dtype | str, float] = {
+    torch.float64: 30e12,
+    torch.float32: 60e12,
+    "tfloat32": 417.5e12,
+    torch.bfloat16: 835.5e12,
+    torch.float16: 835.5e12,
+    torch.int8: 1670.5e12,
+}
 DENSE_PEAKS: dict[tuple[str, ...], dict[torch.dtype | str, float]] = {
-    ("h200", "nvl"): {
-        torch.float64: 30e12,
-        torch.float32: 60e12,
-        "tfloat32": 417.5e12,
-        torch.bfloat16: 835.5e12,
-        torch.float16: 835.5e12,
-        torch.int8: 1670.5e12,
-    },
-    ("h100", "nvl"): {
-        torch.float64: 30e12,
-        torch.float32: 60e12,
-        "tfloat32": 417.5e12,
-        torch.bfloat16: 835.5e12,
-        torch.float16: 835.5e12,
-        torch.int8: 1670.5e12,
-    },
+    ("h200", "nvl"): NVL_PEAKS,
+    ("h100", "nvl"): NVL_PEAKS,
     ("h200",): {
         torch.float64: 34e12,
         torch.float32: 67e12,
