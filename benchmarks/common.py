@@ -4,6 +4,7 @@ measured against."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,7 +14,6 @@ import torch
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
-from plain_fit import autocast
 from proj.cli import ProjCLI, main
 from proj.models import TaskModule
 from proj.optim import WarmupCosineLR, param_groups
@@ -126,3 +126,11 @@ class PlainStep:
             torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.clip)
         self.optimizer.step()
         self.scheduler.step()
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"trainer.precision={precision}: the plain step knows 32-true and bf16-mixed only")
