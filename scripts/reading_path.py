@@ -21,9 +21,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "proj"
 # Modules that run beside the step without changing what it computes: a reader may skip them. The
-# checks of what the user gave (preflight, data/checks) and how a refusal is reported (errors); the
-# run directory (runs); safety against kills and divergence (reliability); callbacks.
-BESIDE_THE_STEP = ("callbacks/", "data/checks.py", "errors.py", "preflight.py", "reliability/", "runs.py")
+# checks of what the user gave (checks, data/checks) and how a refusal is reported (errors); the
+# run directory (rundir); safety against kills and divergence (reliability); callbacks.
+BESIDE_THE_STEP = ("callbacks/", "checks/", "data/checks.py", "errors.py", "reliability/", "rundir/")
 
 
 def called_functions(config: str) -> set[tuple[str, int, str]]:

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from jsonargparse import Namespace
 
 from conftest import TINY_FIT, config
+from proj.checks.config import check_special_files
 from proj.cli import ProjCLI, main
-from proj.preflight import check_special_files
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500"))
 WHOLE_COMMANDS = 4  # of them, run through `main` as a user would

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from conftest import config, write_png
 from proj.cli import main
 from proj.data import ImageFolderDataModule
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "0"))
 

@@ -227,7 +227,7 @@ def test_a_resume_that_fails_at_start_keeps_the_metrics(run_copy, capsys):
 @pytest.mark.slow
 def test_a_held_run_refuses_a_second_process_and_loses_nothing(run_copy, capsys):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from pathlib import Path; from proj.runs import RunLock; "
+        [sys.executable, "-c", f"from pathlib import Path; from proj.rundir.lock import RunLock; "
          f"RunLock.acquire(Path({str(run_copy)!r})); print('held', flush=True); input()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

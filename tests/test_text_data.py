@@ -12,7 +12,7 @@ from lightning.pytorch import seed_everything
 from conftest import TINY_SHAKESPEARE, config
 from proj.cli import main
 from proj.data import CharTokenizer, TextDataModule
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 
 VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
 

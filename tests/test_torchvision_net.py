@@ -12,11 +12,11 @@ import torch
 from torchvision.models import WeightsEnum, get_model
 
 from conftest import TINY_FIT, config
+from proj.checks.model import warn_if_normalised_otherwise
 from proj.cli import main
 from proj.data import DigitsDataModule
 from proj.models import ImageClassifier
 from proj.nets import TorchvisionNet
-from proj.preflight import warn_if_normalised_otherwise
 
 RESNET18 = (
     "--model.init_args.net=proj.nets.TorchvisionNet",

@@ -30,33 +30,29 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
-from proj.errors import ShortErrorParser, named_refusals, reported_errors
-from proj.export import ExportingTrainer
-from proj.preflight import (
+from proj.checks.checkpoint import check_fits_model
+from proj.checks.config import (
     check_config_files,
     check_defaults,
-    check_environment,
     check_finite,
-    check_fits_model,
     check_model_fits_data,
-    check_monitors,
-    check_run_names,
-    check_save_dir,
     check_seed,
     check_special_files,
-    check_trainer,
     check_weights_only,
 )
+from proj.checks.environment import check_environment
+from proj.checks.model import check_monitors
+from proj.checks.save_dir import check_run_names, check_save_dir
+from proj.checks.trainer import check_trainer
+from proj.errors import ShortErrorParser, named_refusals, reported_errors
+from proj.export import ExportingTrainer
 from proj.reliability import guard_checkpoints
-from proj.runs import (
-    KeptMetrics,
-    RunConfigSaver,
-    RunLock,
-    claim_run_directory,
-    ignored_model_settings,
-    logger_kind,
-    resolve_checkpoint,
-)
+from proj.rundir.ckpt_path import ignored_model_settings, resolve_checkpoint
+from proj.rundir.claim import claim_run_directory
+from proj.rundir.config_file import RunConfigSaver
+from proj.rundir.lock import RunLock
+from proj.rundir.metrics import KeptMetrics
+from proj.rundir.naming import logger_kind
 from proj.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42

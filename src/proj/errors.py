@@ -25,15 +25,28 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from proj.export import ExportCheckError
-from proj.preflight import ConfigError
-from proj.reliability.divergence import DivergenceError
-from proj.runs import RunInUseError, RunLock
+from proj.rundir.lock import RunInUseError, RunLock
 
 DEBUG_VARIABLE = "PROJ_DEBUG"
 # What the operating system says when the disk cannot take a file: said as such, not as a traceback.
-# (A save_dir that is no folder, or not writable, is refused before the run: preflight.check_save_dir.)
+# (A save_dir that is no folder, or not writable, is refused before the run: checks.save_dir.)
 DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EDQUOT}
+
+
+class ConfigError(ValueError):
+    """A setting, file or checkpoint the user gave cannot work: the message names it and the fix.
+
+    ``proj.cli.main`` prints it without a traceback (``PROJ_DEBUG=1`` shows one), also when it is
+    found only once the run has started, such as a checkpoint that Lightning loads itself.
+    """
+
+
+class DivergenceError(FloatingPointError):
+    """Training produced a NaN or infinite loss or weight; the run stopped."""
+
+
+class ExportCheckError(RuntimeError):
+    """An exported artifact computes other logits than the checkpoint it came from."""
 
 
 def debugging() -> bool:

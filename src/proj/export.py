@@ -33,9 +33,9 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from torch import nn
 
+from proj.errors import ConfigError, ExportCheckError
 from proj.nets import PixelInput
-from proj.preflight import ConfigError
-from proj.runs import RunLock
+from proj.rundir.lock import RunLock
 
 FORMATS = ("onnx", "pt2")
 EXPORT_DIR = "export"
@@ -43,10 +43,6 @@ EXPORT_DIR = "export"
 TOLERANCE = 1e-4
 
 Runner = Callable[[torch.Tensor], torch.Tensor]
-
-
-class ExportCheckError(RuntimeError):
-    """An exported artifact computes other logits than the checkpoint it came from."""
 
 
 class ExportingTrainer(Trainer):

@@ -21,7 +21,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.trainer.states import TrainerFn
 
-from proj.runs import run_directory
+from proj.rundir.naming import run_directory
 
 
 class PredictionFileWriter(BasePredictionWriter):

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from proj import TRIAL_ENV
-from proj.runs import run_directory
+from proj.rundir.naming import run_directory
 
 
 class OptunaPruning(Callback):

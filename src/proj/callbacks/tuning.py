@@ -27,7 +27,7 @@ from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_set
 from lightning.pytorch.utilities.seed import isolate_rng
 from matplotlib.figure import Figure
 
-from proj.runs import run_directory
+from proj.rundir.naming import run_directory
 
 LR_KEY = "model.init_args.optimizer.init_args.lr"
 WARMUP_KEY = "model.init_args.scheduler.init_args.warmup_steps"

@@ -24,7 +24,7 @@ from proj.data.image import (
     refused_images,
 )
 from proj.data.loaders import SplitLoaders
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 from proj.reliability import TrainOrder
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -23,7 +23,7 @@ from proj.data import checks
 from proj.data.augment import random_hflip, random_translate
 from proj.data.in_memory import TensorImageDataset
 from proj.data.loaders import SplitLoaders
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 from proj.reliability import TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]

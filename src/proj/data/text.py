@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from proj.data import checks
 from proj.data.loaders import SplitLoaders
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 from proj.reliability import TrainOrder
 
 TINY_SHAKESPEARE_URL = (

@@ -14,10 +14,10 @@ from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
 from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
+from proj.checks.model import warn_if_normalised_otherwise
 from proj.logger_media import log_picture, takes_pictures
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
-from proj.preflight import warn_if_normalised_otherwise
 from proj.reliability import gather
 
 MISCLASSIFIED_SHOWN = 32

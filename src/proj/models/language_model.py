@@ -12,11 +12,12 @@ from torch.nn import functional as F
 from torchmetrics import MeanMetric
 
 from proj.callbacks.prediction_writer import TextPredictionWriter, writer_when_predicting
+from proj.checks.checkpoint import check_fits_model, read_weights
 from proj.data.text import CharTokenizer
+from proj.errors import ConfigError
 from proj.logger_media import log_texts
 from proj.models.task import TaskModule
 from proj.optim import WarmupCosineLR
-from proj.preflight import ConfigError, check_fits_model, read_weights
 
 GENERATION_SETTINGS = (
     "sample_prompt",

@@ -14,8 +14,10 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
+from proj.checks.checkpoint import refused_pickle
+from proj.checks.model import check_optimization, warn_long_warmup
+from proj.errors import ConfigError
 from proj.optim import WarmupCosineLR, param_groups
-from proj.preflight import ConfigError, check_optimization, refused_pickle, warn_long_warmup
 from proj.reliability import loads_weights_only
 
 

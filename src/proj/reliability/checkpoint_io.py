@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.strategies import Strategy
 
-from proj.preflight import refused_pickle
+from proj.checks.checkpoint import refused_pickle
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from proj.errors import DivergenceError
+
 CAUSES = (
     "Usual causes: a learning rate too high for this model (lower "
     "model.init_args.optimizer.init_args.lr or lengthen the warmup), an overflow in reduced precision "
@@ -14,10 +16,6 @@ CAUSES = (
     "normalisation). Stack configs/debug/anomaly.yaml to find the first operation that produced it, "
     "and resume from a good checkpoint with --ckpt_path last."
 )
-
-
-class DivergenceError(FloatingPointError):
-    """Training produced a NaN or infinite loss or weight; the run stopped."""
 
 
 class StopOnDivergence(Callback):

@@ -15,7 +15,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
-from proj.runs import run_directory
+from proj.rundir.naming import run_directory
 
 
 class Preempted(SystemExit):

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from proj.runs import rewrite_rows, rows_before, without_repeats
+from proj.rundir.metrics import rewrite_rows, rows_before, without_repeats
 
 
 class ExactResume(Callback):

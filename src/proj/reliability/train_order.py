@@ -12,7 +12,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from proj.preflight import ConfigError
+from proj.errors import ConfigError
 
 
 class ResumableSampler(DistributedSampler):
