@@ -15,8 +15,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from proj.checks.checkpoint import check_ckpt_path
 from proj.rundir.naming import class_of, experiment_dir, logger_kind, same_experiment, version_of
 
-SEARCHED = ("last", "auto", "best")
-
 
 def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
     """Turn ``--ckpt_path`` into the file the command loads, check it, and point the logger at that
@@ -43,7 +41,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
         return None
     root = experiment_dir(config)
     checkpoint = None
-    if ckpt_path in SEARCHED:
+    if ckpt_path in ("last", "auto", "best"):
         found = search(config, ckpt_path, root, evaluating, parser)
         if found is None:  # `fit --ckpt_path auto` with nothing to resume: a fresh start
             config.ckpt_path = None
