@@ -222,7 +222,7 @@ def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
     touch = ["--trainer.callbacks+=faults.TouchAtStep", "--trainer.callbacks.init_args.step=25"]
     sweep = write_sweep(
         workdir / "killed.yaml",
-        flags=[*QUICK, "--trainer.max_epochs=6", *touch, f"--trainer.callbacks.init_args.path={started}"],
+        flags=[*QUICK, "--trainer.max_epochs=3", *touch, f"--trainer.callbacks.init_args.path={started}"],
         space={LR: {"type": "float", "low": 1.0e-3, "high": 1.0e-2, "log": True}},
     )
     worker = start_worker(sweep, workdir, "first.log")
