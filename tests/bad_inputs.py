@@ -1,7 +1,7 @@
 """The table of bad input: what a user may type, point at or load, and what the CLI must answer.
 
 Each row is one command line (after ``python -m proj``) with what it needs written first, the words
-its message must hold (the first is the message's key, which README's FAQ quotes with its fix) and
+its message must hold (the first is the message's key, which docs/errors.md quotes with its fix) and
 the exit code. ``test_bad_input.py`` runs every row; a test there checks the FAQ against the keys.
 Arguments may hold ``{digits}``, ``{text}`` (the text experiment's config), ``{corpus}`` (the shared
 Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}`` (the working folder).
