@@ -1057,6 +1057,18 @@ CASES: list[Case] = [
     ),
     Case(
         "unsafe",
+        "a finder's own checkpoint, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
+        digits(
+            "fit",
+            "--trainer.callbacks+=faults.CodeInCheckpoints",
+            "--trainer.callbacks+=proj.callbacks.LearningRateFinder",
+            "--trainer.callbacks.init_args.num_training_steps=2",
+        ),
+        ("holds pickled objects that `weights_only=True` refuses", ".lr_find_"),
+        env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},
+    ),
+    Case(
+        "unsafe",
         "init_from with code",
         text("fit", "--model.init_args.init_from=init.ckpt"),
         ("holds pickled objects that `weights_only=True` refuses", "model.init_from: 'init.ckpt'"),

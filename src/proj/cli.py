@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import sys
 import warnings
 from pathlib import Path
@@ -46,6 +47,7 @@ from proj.preflight import (
     check_special_files,
     check_trainer,
     check_weights_only,
+    refused_pickle,
 )
 from proj.reliability import guard_checkpoints
 from proj.runs import (
@@ -109,26 +111,34 @@ class ProjCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
         self.command_line = sys.argv[1:] if args is None else args
         self.config_files = config_paths(self.command_line)
-        super().__init__(
-            model_class=LightningModule,
-            datamodule_class=LightningDataModule,
-            trainer_class=ExportingTrainer,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=RunConfigSaver,
-            parser_class=ShortErrorParser,
-            seed_everything_default=DEFAULT_SEED,
-            trainer_defaults={
-                # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
-                # checkpoints) lands under runs/ too, never in the working folder.
-                "default_root_dir": "runs",
-                "callbacks": [ValidateAtEnd()],
-            },
-            parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
-            auto_configure_optimizers=False,
-            args=args,
-            run=run,
-        )
+        try:
+            super().__init__(
+                model_class=LightningModule,
+                datamodule_class=LightningDataModule,
+                trainer_class=ExportingTrainer,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                save_config_callback=RunConfigSaver,
+                parser_class=ShortErrorParser,
+                seed_everything_default=DEFAULT_SEED,
+                trainer_defaults={
+                    # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
+                    # checkpoints) lands under runs/ too, never in the working folder.
+                    "default_root_dir": "runs",
+                    "callbacks": [ValidateAtEnd()],
+                },
+                parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
+                auto_configure_optimizers=False,
+                args=args,
+                run=run,
+            )
+        except pickle.UnpicklingError as error:
+            # Lightning's own loads (`--ckpt_path hpc`, the best checkpoint `test_after_fit` tests, a
+            # finder's restore) refused by `weights_only=True`: the one it was loading, named.
+            loading = getattr(getattr(self, "trainer", None), "ckpt_path", None)
+            if loading is None:
+                raise
+            raise refused_pickle(f"checkpoint '{loading}'", error) from None
 
     def subcommands(self) -> dict[str, set[str]]:
         """Only the subcommand the command line starts with, when it starts with one: building a
@@ -192,6 +202,8 @@ class ProjCLI(LightningCLI):
         if subcommand:
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
+            if "weights_only" in config:  # Lightning's argument, so that a crafted file cannot run code
+                config.weights_only = True
             check_save_dir(config, parser)
             check_run_names(config, parser, self.config_files)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
@@ -289,7 +301,7 @@ class ProjCLI(LightningCLI):
                 "`test --ckpt_path best` tests its best checkpoint again."
             )
             return
-        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
 
 
 def early_stops(trainer: Trainer) -> list[str]:
