@@ -154,6 +154,8 @@ def unknown_name(message: str, parser: ArgumentParser) -> str | None:
         r"Subcommand '[^']+' does not accept option '([^']+)'|Option '([^']+)' is not accepted.*", message
     ):
         name, flag = match[1] or match[2], ""
+    elif match := re.fullmatch(r"Group '([^']+)' does not accept option '([^']+)'", message):
+        name, flag = f"{match[1]}.{match[2]}", ""
     elif match := re.fullmatch(r"argument subcommand: invalid choice: '([^']+)' \(choose from .*\)", message):
         subcommands = [action for action in parser._actions if action.dest == "subcommand"]
         hint = closest(match[1], [name for action in subcommands for name in action.choices])
