@@ -173,3 +173,20 @@ def test_a_command_line_that_names_no_subcommand_is_told_the_four(args, capsys, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and all(name in err for name in ("validate", "test", "predict")), err
+
+
+@pytest.mark.slow
+def test_help_names_the_command_and_every_subcommand(capsys):
+    """``python -m proj --help``: its own usage line (not ``__main__.py``), and one line for each
+    subcommand, ``sweep`` (run before Lightning is imported) among them."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: python -m proj ")
+    listed = dict(re.findall(r"^    (\w+) +(.+)$", shown, re.M))
+    assert set(listed) == {"fit", "validate", "test", "predict", "export", "sweep"}, shown
+    assert all(line.endswith(".") for line in listed.values()), listed  # each said in full, on its line
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m proj [options] fit ")

@@ -151,7 +151,7 @@ def unknown_name(message: str, parser: ArgumentParser) -> str | None:
     if match := re.fullmatch(r"unrecognized arguments: --([^\s=]+).*", message):
         name, flag = match[1], "--"
     elif match := re.fullmatch(
-        r"Subcommand '[^']+' does not accept option '([^']+)'|Option '([^']+)' is not accepted.*", message
+        r"Subcommand '[^']+' does not accept option '([^']+)'|Option '([^']+)' is not accepted", message
     ):
         name, flag = match[1] or match[2], ""
     elif match := re.fullmatch(r"Group '([^']+)' does not accept option '([^']+)'", message):
