@@ -103,6 +103,10 @@ DESCRIPTION_OF_PROG = (
     f"Train, evaluate, export and sweep models. `{PROG} SUBCOMMAND --help` lists its options."
 )
 
+# Significant digits of each metric printed after validate and test. Lightning's table printed each
+# float32 as the float64 it converts to (0.9554317593574524), digits that a float32 does not hold.
+METRIC_DIGITS = 4
+
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
 # hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
 # will delete metrics.csv, which the CLI moves aside and writes back before the logger opens it.
@@ -292,6 +296,14 @@ class ProjCLI(LightningCLI):
         guard_checkpoints(trainer.strategy, config.get("checkpoint_io"))
         return trainer
 
+    def validate(self, verbose: bool = True, **kwargs) -> None:
+        """Lightning's ``validate``, its metrics printed by ``print_metrics``."""
+        print_metrics(self.trainer.validate(verbose=False, **kwargs), "Validation", verbose)
+
+    def test(self, verbose: bool = True, **kwargs) -> None:
+        """Lightning's ``test``, its metrics printed by ``print_metrics``."""
+        print_metrics(self.trainer.test(verbose=False, **kwargs), "Test", verbose)
+
     def before_fit(self) -> None:
         claim_run_directory(self.trainer)
 
@@ -327,7 +339,17 @@ class ProjCLI(LightningCLI):
                 "`test --ckpt_path best` tests its best checkpoint again."
             )
             return
-        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        self.test(model=self.model, datamodule=self.datamodule, ckpt_path=best or None)
+
+
+def print_metrics(results: list[dict[str, float]], stage: str, verbose: bool = True) -> None:
+    """One line per dataloader: each metric to ``METRIC_DIGITS`` significant digits (``1.000``)."""
+    if not verbose:
+        return
+    for index, metrics in enumerate(results):
+        loader = f" (dataloader {index})" if len(results) > 1 else ""
+        said = ", ".join(f"{name} {value:#.{METRIC_DIGITS}g}" for name, value in sorted(metrics.items()))
+        rank_zero_info(f"{stage} metrics{loader}: {said}")
 
 
 def early_stops(trainer: Trainer) -> list[str]:
