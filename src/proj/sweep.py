@@ -722,14 +722,14 @@ def write_plots(study: optuna.Study, folder: Path) -> list[str]:
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> optuna.Study:
-    """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m proj sweep",
-        description="Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's "
-        "values as flags. Start the same command again, here or on other machines (with --storage), "
-        "to add workers or to resume.",
-    )
+DESCRIPTION = (
+    "Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's values as flags. Start "
+    "the same command again, here or on other machines (with --storage), to add workers or to resume."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The sweep's options, on ``parser``: also the CLI's, whose ``--help`` lists ``sweep``."""
     parser.add_argument(
         "--config", required=True, help="the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
     )
@@ -739,6 +739,12 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
         "e.g. postgresql://user@host/db for workers on several machines",
     )
     parser.add_argument("--n_trials", type=int, help="trials to finish, overriding the config's n_trials")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> optuna.Study:
+    """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m proj sweep", description=DESCRIPTION))
     args = parser.parse_args(argv)
     try:
         sweep = load_sweep(args.config)
