@@ -35,10 +35,12 @@ test-fast: install ## the edit loop: skips tests marked slow
 
 # The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; three at
 # a time, as most of their time is waiting. A cluster that does not start fails here, with its message.
-test-cluster: install cluster ## the Slurm and PostgreSQL tests, on the local cluster (starts it)
+# It has two nodes, for the job that spans both.
+test-cluster: export NODES = 2
+test-cluster: install cluster ## the Slurm and PostgreSQL tests, on a local cluster of two nodes (starts it)
 	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -p no:randomly -m cluster -n 3 --dist load
 
-cluster: ## start a one-node Slurm cluster and a PostgreSQL server here (.cluster/; prints the --storage URL)
+cluster: ## start a Slurm cluster of NODES nodes (default 1) and a PostgreSQL server here (.cluster/; prints the --storage URL)
 	scripts/cluster.sh start
 
 cluster-stop: ## stop what `make cluster` started

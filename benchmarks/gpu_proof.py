@@ -320,7 +320,7 @@ def environment(proof: Proof, stage: Stage) -> None:
     except ImportError as error:
         raise StageFailed(
             f"cannot import proj.cli ({error}): install the wheels benchmarks/gpu_wheels.sh "
-            "downloads and put src/ on PYTHONPATH (README, Benchmarks)"
+            "downloads and put src/ on PYTHONPATH (docs/benchmarks.md)"
         ) from None
     if proof.smoke and proof.corpus is None:
         proof.corpus = proof.work / "verse.txt"

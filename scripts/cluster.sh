@@ -119,9 +119,17 @@ EOF
   } >"$dir/slurm.conf"
 }
 
+# The nodes of the cluster whose config is on disk (none before the first start).
+conf_nodes() { grep -c '^NodeName=' "$root/slurm/slurm.conf" 2>/dev/null || true; }
+
 start_slurm() {
   local dir=$root/slurm
-  if ! alive "$dir/slurmctld.pid"; then
+  if alive "$dir/slurmctld.pid"; then
+    [[ $(conf_nodes) -eq $nodes ]] || fail "a cluster of $(conf_nodes) node(s) is running, not $nodes; \
+stop it first: make cluster-stop, then NODES=$nodes make cluster"
+  else
+    # The saved state of a cluster of another size names nodes this one lacks: it is not kept.
+    [[ -f $dir/slurm.conf && $(conf_nodes) -ne $nodes ]] && rm -rf "$dir/state" "$dir/spool"
     write_slurm_conf
     slurmctld -i 2>>"$dir/slurmctld.log" ||
       fail "slurmctld did not start; its log, $dir/slurmctld.log, ends with:

@@ -1,7 +1,7 @@
 """The table of bad input: what a user may type, point at or load, and what the CLI must answer.
 
 Each row is one command line (after ``python -m proj``) with what it needs written first, the words
-its message must hold (the first is the message's key, which README's FAQ quotes with its fix) and
+its message must hold (the first is the message's key, which docs/errors.md quotes with its fix) and
 the exit code. ``test_bad_input.py`` runs every row; a test there checks the FAQ against the keys.
 Arguments may hold ``{digits}``, ``{text}`` (the text experiment's config), ``{corpus}`` (the shared
 Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}`` (the working folder).
@@ -283,8 +283,40 @@ CASES: list[Case] = [
         "config",
         "misspelt key in file",
         digits("fit", "--config", "mine.yaml"),
-        ("does not accept option", "max_epocs"),
+        ("does not accept option", "max_epocs", "Did you mean trainer.max_epochs?"),
         setup=write("mine.yaml", "trainer:\n  max_epocs: 3\n"),
+    ),
+    Case(
+        "config",
+        "misspelt key of a class in a flag",
+        digits("fit", "--data.init_args.batchsize=8"),
+        (
+            "does not accept option",
+            "data.init_args.batchsize: proj.data.DigitsDataModule",
+            "Did you mean data.init_args.batch_size?",
+        ),
+    ),
+    Case(
+        "config",
+        "misspelt key deep in a file",
+        digits("test", "--config", "deep.yaml"),
+        ("does not accept option", "Did you mean model.init_args.net.init_args.channels?"),
+        setup=write("deep.yaml", "model:\n  init_args:\n    net:\n      init_args:\n        chanels: [8]\n"),
+    ),
+    Case(
+        "config",
+        "misspelt key of a listed callback",
+        digits("fit", "--config", "callbacks.yaml"),
+        (
+            "does not accept option",
+            "trainer.callbacks[0].init_args.monitr: lightning.pytorch.callbacks.EarlyStopping",
+            "Did you mean trainer.callbacks[0].init_args.monitor?",
+        ),
+        setup=write(
+            "callbacks.yaml",
+            "trainer:\n  callbacks:\n  - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+            "    init_args: {monitr: val/loss}\n",
+        ),
     ),
     Case(
         "config",
@@ -308,7 +340,7 @@ CASES: list[Case] = [
         "config",
         "misspelt flag",
         digits("fit", "--trainer.max_epocs=3"),
-        ("unrecognized arguments", "max_epocs"),
+        ("unrecognized arguments", "max_epocs", "Did you mean --trainer.max_epochs?"),
     ),
     Case(
         "config", "wrong type", digits("fit", "--data.batch_size=lots"), ("Expected a <class 'int'>", "lots")
@@ -1057,6 +1089,18 @@ CASES: list[Case] = [
     ),
     Case(
         "unsafe",
+        "a finder's own checkpoint, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
+        digits(
+            "fit",
+            "--trainer.callbacks+=faults.CodeInCheckpoints",
+            "--trainer.callbacks+=proj.callbacks.LearningRateFinder",
+            "--trainer.callbacks.init_args.num_training_steps=2",
+        ),
+        ("holds pickled objects that `weights_only=True` refuses", ".lr_find_"),
+        env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},
+    ),
+    Case(
+        "unsafe",
         "init_from with code",
         text("fit", "--model.init_args.init_from=init.ckpt"),
         ("holds pickled objects that `weights_only=True` refuses", "model.init_from: 'init.ckpt'"),
@@ -1237,6 +1281,17 @@ CASES: list[Case] = [
         digits("fit"),
         ("names no setting of", "PL_FIT__TRAINER__MAX_EPOCS", "PL_FIT__TRAINER__MAX_EPOCHS"),
         env={"PL_FIT__TRAINER__MAX_EPOCS": "3"},
+    ),
+    Case(
+        "environment",
+        "misspelt key in a PL_FIT variable's value",
+        digits("fit"),
+        (
+            "does not accept option",
+            "data.init_args.batchsize (from PL_FIT__DATA)",
+            "Did you mean data.init_args.batch_size?",
+        ),
+        env={"PL_FIT__DATA": "{class_path: proj.data.DigitsDataModule, init_args: {batchsize: 8}}"},
     ),
     Case(
         "environment",

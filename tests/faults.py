@@ -80,3 +80,14 @@ class SlowFirstStart(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
             time.sleep(self.seconds)
+
+
+class CodeInCheckpoints(Callback):
+    """Puts code into every checkpoint this run saves (``bad_inputs.Payload``: unpickled, it writes
+    ``payload_ran`` into the working folder), as if each file were swapped for a crafted one between
+    its save and its load: a finder's own checkpoint, which it restores moments later."""
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        from bad_inputs import Payload
+
+        checkpoint["extra"] = Payload()

@@ -3,13 +3,15 @@ from its saved config, and checkpoints drive test and predict. (Bad input: test_
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_FIT, config, fit
+from conftest import TINY_FIT, config, fit, write_png
 from proj.cli import main
 
 
@@ -173,3 +175,54 @@ def test_a_command_line_that_names_no_subcommand_is_told_the_four(args, capsys, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and all(name in err for name in ("validate", "test", "predict")), err
+
+
+@pytest.mark.slow
+def test_help_names_the_command_and_every_subcommand(capsys):
+    """``python -m proj --help``: its own usage line (not ``__main__.py``), and one line for each
+    subcommand, ``sweep`` (run before Lightning is imported) among them."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: python -m proj ")
+    listed = dict(re.findall(r"^    (\w+) +(.+)$", shown, re.M))
+    assert set(listed) == {"fit", "validate", "test", "predict", "export", "sweep"}, shown
+    assert all(line.endswith(".") for line in listed.values()), listed  # each said in full, on its line
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m proj [options] fit ")
+
+
+@pytest.mark.slow
+def test_metrics_are_printed_to_four_digits_and_a_perfect_f1_as_one(workdir, caplog):
+    """Ten classes of one picture each, the same in train/, val/ and test/: learnt in a few dozen
+    steps, so the test ends with every class right, and says so as ``1.000``."""
+    patterns = np.random.default_rng(0).integers(0, 256, (10, 16, 16))
+    for split in ("train", "val", "test"):
+        for label, pixels in enumerate(patterns):
+            for copy in range(2):
+                write_png(workdir / "images" / split / str(label) / f"{copy}.png", pixels)
+    caplog.set_level(logging.INFO)
+    main(
+        [
+            "fit",
+            "--config",
+            config("image_folder.yaml"),
+            "--data.init_args.root=images",
+            "--data.init_args.image_size=16",
+            "--data.init_args.augment=false",
+            "--data.init_args.num_workers=0",
+            "--data.init_args.batch_size=20",
+            "--model.init_args.net.init_args.dropout=0",
+            "--model.init_args.scheduler=null",
+            "--model.init_args.optimizer.init_args.lr=0.01",
+            "--trainer.max_epochs=12",
+            "--trainer.enable_progress_bar=false",
+            "--early_stopping=null",
+        ]
+    )
+    (said,) = [line for line in caplog.messages if line.startswith("Test metrics: ")]
+    values = dict(re.findall(r"(test/\w+) (\S+?)(?:,|$)", said))
+    assert values["test/acc"] == values["test/f1"] == "1.000", said
+    assert all(f"{float(value):#.4g}" == value for value in values.values()), said  # no more digits

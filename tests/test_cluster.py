@@ -32,6 +32,8 @@ ENV = {
     "PYTHON": sys.executable,
     "PYTHONPATH": str(ROOT / "tests"),
     "OMP_NUM_THREADS": "1",
+    # The nodes node1 and node2 of `make test-cluster` resolve nowhere: rank 0 is found here instead.
+    "MASTER_ADDR": "127.0.0.1",
 }
 # One CPU process: a job of scripts/slurm.sbatch as the README shows it for the local cluster.
 ONE_TASK = ["--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
@@ -45,9 +47,15 @@ def cluster() -> None:
     """The cluster must be up: a missing one fails every test with the command that starts it."""
     if not SLURM_CONF.is_file():
         pytest.fail("no local cluster: run `make cluster` first (`make test-cluster` does)")
-    nodes = subprocess.run(["sinfo", "-h", "-o", "%t"], env=ENV, capture_output=True, text=True)
-    if nodes.returncode != 0 or not {"idle", "mix", "alloc"} & set(nodes.stdout.split()):
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=ENV, capture_output=True, text=True)
+    states = dict(line.split() for line in nodes.stdout.splitlines())
+    if nodes.returncode != 0 or not {"idle", "mix", "alloc"} & set(states.values()):
         pytest.fail(f"the local cluster does not answer (`make cluster` starts it): {nodes.stderr.strip()}")
+    if len(states) != 2:
+        pytest.fail(
+            f"the local cluster has {len(states)} node(s), the tests need 2: "
+            "make cluster-stop, then make test-cluster"
+        )
 
 
 def workdir(tmp_path: Path, name: str) -> Path:
@@ -140,6 +148,25 @@ def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):
     ]
     rows = training_rows(folder / "runs" / "digits" / "version_0")
     (test_acc,) = [float(r["test/acc"]) for r in rows if r["test/acc"]]
+    assert test_acc >= 0.95
+
+
+def test_a_job_on_two_nodes_trains_digits_as_one_ddp_run(tmp_path):
+    """One task on each of two slurmd daemons: Slurm's variables make them ranks 0 and 1 of one run."""
+    folder = workdir(tmp_path, "nodes")
+    two = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
+    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
+    info = wait_until_done(job_id)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
+    assert (info["NumNodes"], info["NumTasks"]) == ("2", "2")
+    assert info["NodeList"] == "node[1-2]", log[-3000:]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log, log[-3000:]
+    run = folder / "runs" / "digits" / "version_0"
+    assert list(folder.glob("runs/**/config.yaml")) == [run / "config.yaml"]
+    trainer = yaml.safe_load((run / "config.yaml").read_text())["trainer"]
+    assert (trainer["num_nodes"], str(trainer["devices"])) == (2, "1")
+    (test_acc,) = [float(r["test/acc"]) for r in training_rows(run) if r["test/acc"]]
     assert test_acc >= 0.95
 
 

@@ -118,15 +118,23 @@ def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
     assert not any(isinstance(cb, ProgressBar) for cb in cli.trainer.callbacks)
 
 
-# MLflow's import and the creation of its store take ~10 s: that overlay runs in `make test` only.
-@pytest.mark.parametrize(
-    "overlay", [pytest.param(o, marks=pytest.mark.slow) if "mlflow" in o else o for o in OVERLAYS]
-)
-@pytest.mark.parametrize(
-    "experiment",
-    # Each overlay on the offline default in the edit loop, on every experiment in `make test`.
-    [e if e == "digits.yaml" else pytest.param(e, marks=pytest.mark.slow) for e in EXPERIMENTS],
-)
+def overlay_pairs() -> list:
+    """Each overlay on the offline default in the edit loop; in `make test`, those that shape the
+    training on every experiment too, and a logger (which records what any task logs, the same way)
+    on one experiment of each task. MLflow's import and the creation of its store take ~10 s: it
+    runs in `make test` only."""
+    pairs, one_per_task = [], ("digits.yaml", "shakespeare_char_cpu.yaml")
+    for overlay in OVERLAYS:
+        slow = "mlflow" in overlay
+        for experiment in EXPERIMENTS:
+            if overlay.startswith("logger/") and experiment not in one_per_task:
+                continue
+            marks = [pytest.mark.slow] if slow or experiment != "digits.yaml" else []
+            pairs.append(pytest.param(experiment, overlay, marks=marks, id=f"{experiment}-{overlay}"))
+    return pairs
+
+
+@pytest.mark.parametrize(("experiment", "overlay"), overlay_pairs())
 def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     if overlay in ("trainer/gpu.yaml", "trainer/fsdp.yaml"):

@@ -278,9 +278,9 @@ print(json.dumps({{"outputs": outputs, "imported": imported}}))
 
 
 @pytest.mark.parametrize("example", ["classify_image.py", "generate_text.py", "predict_pt2.py"])
-def test_readme_shows_each_example_as_it_is(example):
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(rf"<!-- example: examples/{example} -->\n```python\n(.*?\n)```", readme, re.S)
+def test_docs_show_each_example_as_it_is(example):
+    page = (ROOT / "docs" / "export.md").read_text()
+    block = re.search(rf"<!-- example: examples/{example} -->\n```python\n(.*?\n)```", page, re.S)
     assert block and block.group(1) == (EXAMPLES / example).read_text()
     limit = {"classify_image.py": 20, "generate_text.py": 25}.get(example)
     assert limit is None or len(block.group(1).splitlines()) <= limit

@@ -1,6 +1,8 @@
 """The configuration fuzzer: every key the CLI accepts, taken from its own parser (a new key is
 covered without editing this file), given typed garbage. Each case must either be refused with exit
-2 and one line naming the key, or be accepted with the value as given; never a traceback.
+2 and one line naming the key, or be accepted with the value as given; never a traceback. The same
+keys misspelt (one edit to one part, at any depth), as a flag or in a config, must be refused in one
+line that names the misspelt key and a real one.
 
 Most cases parse the one flag onto the experiment's parsed config and run the CLI's checks of a
 parsed config (``ProjCLI.check_config``), a tenth of a second each; a sample runs whole commands
@@ -15,12 +17,13 @@ import contextlib
 import hashlib
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonargparse import Namespace
 
@@ -29,6 +32,7 @@ from proj.checks.config import check_special_files
 from proj.cli import ProjCLI, main
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500"))
+MISSPELT_EXAMPLES = EXAMPLES // 5  # of them, misspelt keys; the rest garbage values
 WHOLE_COMMANDS = 4  # of them, run through `main` as a user would
 DIGITS = config("digits.yaml")
 FIFO = "/tmp/proj-fuzz-fifo"
@@ -136,7 +140,7 @@ def test_fuzz_keys_with_garbage(cli, fifo, quiet, capsys, workdir):
     cases, refused = [], []
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=EXAMPLES - MISSPELT_EXAMPLES,
         derandomize=True,
         deadline=None,
         database=None,
@@ -160,10 +164,87 @@ def test_fuzz_keys_with_garbage(cli, fifo, quiet, capsys, workdir):
         assert as_given(value_at(parsed, key), text), f"--{key}={text} became {value_at(parsed, key)!r}"
 
     case()
-    assert len(cases) >= min(EXAMPLES, 500)
+    assert len(cases) >= min(EXAMPLES - MISSPELT_EXAMPLES, 400)
     assert 0 < len(refused) < len(cases)
     print(f"{len(cases)} cases over {len(set(cases))} keys, {len(refused)} refused")
     assert not any(workdir.iterdir()), f"a parse wrote {list(workdir.iterdir())}"
+
+
+def misspelt(part: str, edit: int, at: int, letter: str) -> str:
+    """``part`` after one typing mistake: a letter dropped, doubled, swapped with the next or replaced."""
+    at %= len(part)
+    if edit == 0:
+        return part[:at] + part[at + 1 :]
+    if edit == 1:
+        return part[:at] + part[at] + part[at:]
+    if edit == 2 and at + 1 < len(part):
+        return part[:at] + part[at + 1] + part[at] + part[at + 2 :]
+    return part[:at] + letter + part[at + 1 :]
+
+
+def nested(key: str, value: object) -> dict:
+    """``{a: {b: value}}`` for the key ``a.b``: how a config file holds it."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
+@pytest.mark.slow
+def test_fuzz_misspelt_keys(cli, quiet, capsys):
+    """A misspelt key goes to the parser's error, whatever its depth (a Trainer setting, a class's
+    init_args, a network's inside a model's) and whether a flag or a config holds it."""
+    keys = sorted(leaves(cli.config))
+    real = set(keys) | {action.dest for action in cli.parser._actions}
+    cases = []
+
+    @settings(
+        max_examples=MISSPELT_EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        key=st.sampled_from(keys),
+        depth=st.integers(0, 9),
+        edit=st.integers(0, 3),
+        at=st.integers(0, 99),
+        letter=st.sampled_from("abcdefghijklmnopqrstuvwxyz_"),
+        as_flag=st.booleans(),
+    )
+    def case(key: str, depth: int, edit: int, at: int, letter: str, as_flag: bool) -> None:
+        parts = key.split(".")
+        # The names of the key: init_args and class_path are jsonargparse's words for every class.
+        places = [i for i, part in enumerate(parts) if part not in ("init_args", "class_path")]
+        place = places[depth % len(places)]
+        wrong = [*parts[:place], misspelt(parts[place], edit, at, letter), *parts[place + 1 :]]
+        typed = ".".join(wrong)
+        # Another real name, or a flag's unambiguous abbreviation of one (argparse takes those), is no
+        # misspelling.
+        siblings = {k.split(".")[place] for k in real if k.split(".")[:place] == parts[:place] and "." in k}
+        assume(wrong[place] and wrong[place] not in siblings | {parts[place]})
+        assume(not any(k.startswith(".".join(wrong[: place + 1])) for k in real))
+        cases.append(typed)
+        arg = f"--{typed}=1" if as_flag else f"--config={nested(typed, 1)}"  # the key is refused, not 1
+        with pytest.raises(SystemExit) as exit:
+            cli.parser.parse_args([arg], namespace=cli.config.clone(), defaults=False, env=False)
+        assert exit.value.code == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        said = lines[0]
+        assert typed in said or ".".join(wrong[place:]) in said, f"{arg}: {said}"
+        if meant := re.search(r"Did you mean (?:--)?(\S+)\?", said):
+            suggested = meant[1].replace("[0]", "")
+            assert suggested in real or any(k.startswith(f"{suggested}.") for k in real), f"{arg}: {said}"
+        else:
+            assert re.search(rf"The names( under \S+)? are .*\b{parts[place]}\b", said), f"{arg}: {said}"
+
+    case()
+    assert len(cases) >= MISSPELT_EXAMPLES // 2
+    below = [typed for typed in cases if ".init_args." in typed]
+    assert below, "no misspelt key below a class"
+    print(f"{len(cases)} misspelt keys, {len(below)} below a class, e.g. {', '.join(below[:5])}")
 
 
 def digests(folder: Path) -> dict[str, str]:

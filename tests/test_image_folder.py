@@ -111,7 +111,7 @@ def run_fit(
     workdir: Path, root: Path, *extra: str, kill_step: int | None = None
 ) -> subprocess.CompletedProcess:
     overlay = workdir / "overlay.yaml"
-    periodic = "trainer:\n  max_epochs: 2\n  callbacks+:" + step_checkpoints(6)
+    periodic = "trainer:\n  max_steps: 30\n  callbacks+:" + step_checkpoints(6)
     overlay.write_text(periodic + (kill_at(kill_step) if kill_step is not None else ""))
     command = [sys.executable, "-m", "proj", "fit", "--config", config("image_folder.yaml"),
                "--config", str(overlay), *args(root, "--data.init_args.num_workers=2"),
@@ -122,7 +122,7 @@ def run_fit(
 
 @pytest.mark.slow
 def test_killed_mid_epoch_with_workers_resumes_bit_identical(digits, tmp_path):
-    # 20 batches an epoch: killed at step 27, it resumes from the step-24 checkpoint, mid-epoch 1.
+    # 20 batches an epoch, 30 steps: killed at step 27, it resumes from the step-24 checkpoint, mid-epoch 1.
     reference = tmp_path / "reference"
     killed = tmp_path / "killed"
     for folder in (reference, killed):

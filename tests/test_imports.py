@@ -51,13 +51,6 @@ def test_no_import_cycle_in_the_package():
     assert not cycles, "\n".join(sorted(set(cycles))[:10])
 
 
-# Functions another change shortens, named by file and qualified name: drop each once it is done.
-LONG_FOR_NOW = {
-    ("sweep.py", "load_sweep"),
-    ("data/folder.py", "ImageFolderDataModule.__init__"),
-    ("data/folder.py", "ImageFolderDataModule.find_samples"),
-    ("errors.py", "one_line"),
-}
 MAX_FUNCTION_LINES = 60
 
 
@@ -80,6 +73,6 @@ def test_no_function_is_longer_than_a_screen():
         module = str(path.relative_to(PACKAGE))
         for name, node in functions(ast.parse(path.read_text())):
             lines = node.end_lineno - node.lineno + 1
-            if lines > MAX_FUNCTION_LINES and (module, name) not in LONG_FOR_NOW:
+            if lines > MAX_FUNCTION_LINES:
                 long.append(f"{module}: {name} has {lines} lines")
     assert not long, "\n".join(long)

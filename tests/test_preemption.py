@@ -84,8 +84,9 @@ def assert_saved_and_resumable(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("task", "signum"),
-    [("image", signal.SIGTERM), ("image", signal.SIGINT), ("text", signal.SIGTERM)],
-    ids=["image-SIGTERM", "image-Ctrl-C", "text-SIGTERM"],
+    # A single SIGTERM to the image task is the first of test_sigterm_repeated_while_stopping's.
+    [("image", signal.SIGINT), ("text", signal.SIGTERM)],
+    ids=["image-Ctrl-C", "text-SIGTERM"],
 )
 def test_signal_saves_and_exits_non_zero(task, signum, tmp_path):
     ready = tmp_path / "ready"
@@ -117,6 +118,10 @@ def test_sigterm_repeated_while_stopping_still_exits_143(tmp_path):
     code, output = finish(process)
     assert code == 128 + signal.SIGTERM, output[-3000:]
     assert output.count("Received SIGTERM") == 1
+    run = "runs/digits/version_0"
+    resume = f"--config {run}/config.yaml --ckpt_path {run}/checkpoints/last.ckpt"
+    assert f"Resume with: python -m proj fit {resume}" in output
+    assert "UserWarning" not in output, "a plain line, not a warning with a source path"
     assert_saved_and_resumable(tmp_path, 5)
 
 

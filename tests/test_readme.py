@@ -64,16 +64,13 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
     assert tests.returncode == 0, tests.stdout[-3000:]
     assert re.search(r"\d+ passed", tests.stdout)
 
-    fit = run("-m", "proj", "fit", "--config", experiment, "--trainer.fast_dev_run=true")
-    assert fit.returncode == 0, fit.stderr[-3000:]
-    net = yaml.safe_load(files[experiment])["model"]["init_args"]["net"]["class_path"].rsplit(".", 1)[1]
-    summary = re.search(r"\| net\s+\| (\w+)", fit.stderr)  # Lightning's model summary, logged
-    assert summary and summary.group(1) == net, fit.stderr[-3000:]
-    assert "test/acc" in fit.stdout
-
     # Then as the README goes on: train, predict with the newest checkpoint, resume it for longer.
     trained = run("-m", "proj", "fit", "--config", experiment, "--trainer.max_epochs=1")
     assert trained.returncode == 0, trained.stderr[-3000:]
+    net = yaml.safe_load(files[experiment])["model"]["init_args"]["net"]["class_path"].rsplit(".", 1)[1]
+    summary = re.search(r"\| net\s+\| (\w+)", trained.stderr)  # Lightning's model summary, logged
+    assert summary and summary.group(1) == net, trained.stderr[-3000:]
+    assert "test/acc" in trained.stdout
     run_dir = f"runs/{name.removesuffix('.yaml')}/version_0"
     assert f"Run directory: {run_dir}" in trained.stderr
     predicted = run("-m", "proj", "predict", "--config", experiment, "--ckpt_path", "last")

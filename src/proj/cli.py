@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import sys
 import warnings
 from pathlib import Path
@@ -30,7 +31,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from proj.callbacks import OptunaPruning, ValidateAtEnd
-from proj.checks.checkpoint import check_fits_model
+from proj.checks.checkpoint import check_fits_model, refused_pickle
 from proj.checks.config import (
     check_config_files,
     check_defaults,
@@ -54,6 +55,7 @@ from proj.rundir.lock import RunLock
 from proj.rundir.metrics import KeptMetrics
 from proj.rundir.naming import logger_kind
 from proj.strict_yaml import install as check_every_yaml
+from proj.sweep import DESCRIPTION, add_arguments
 
 DEFAULT_SEED = 42
 
@@ -83,6 +85,25 @@ STANDARD_CALLBACKS: dict[str, type[Callback]] = {
     "stop_on_divergence": Callback,
 }
 
+PROG = "python -m proj"
+# One line each for `python -m proj --help` (Lightning's are the first line of the Trainer method's
+# docstring, which for test and predict ends mid-sentence), and what the whole command does.
+SUBCOMMANDS = {
+    "fit": "Train, then test the best checkpoint.",
+    "validate": "Evaluate a checkpoint on the validation set.",
+    "test": "Evaluate a checkpoint on the test set.",
+    "predict": "Predict with a checkpoint into predictions.csv.",
+    "export": "Export a checkpoint: ONNX, torch.export, model.json.",
+    "sweep": "Run an Optuna sweep; each trial is a fit.",
+}
+DESCRIPTION_OF_PROG = (
+    f"Train, evaluate, export and sweep models. `{PROG} SUBCOMMAND --help` lists its options."
+)
+
+# Significant digits of each metric printed after validate and test. Lightning's table printed each
+# float32 as the float64 it converts to (0.9554317593574524), digits that a float32 does not hold.
+METRIC_DIGITS = 4
+
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
 # hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
 # will delete metrics.csv, which the CLI moves aside and writes back before the logger opens it.
@@ -105,26 +126,39 @@ class ProjCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
         self.command_line = sys.argv[1:] if args is None else args
         self.config_files = config_paths(self.command_line)
-        super().__init__(
-            model_class=LightningModule,
-            datamodule_class=LightningDataModule,
-            trainer_class=ExportingTrainer,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=RunConfigSaver,
-            parser_class=ShortErrorParser,
-            seed_everything_default=DEFAULT_SEED,
-            trainer_defaults={
-                # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
-                # checkpoints) lands under runs/ too, never in the working folder.
-                "default_root_dir": "runs",
-                "callbacks": [ValidateAtEnd()],
-            },
-            parser_kwargs={"default_env": True, **defaults_for(self.subcommands() if run else None)},
-            auto_configure_optimizers=False,
-            args=args,
-            run=run,
-        )
+        try:
+            super().__init__(
+                model_class=LightningModule,
+                datamodule_class=LightningDataModule,
+                trainer_class=ExportingTrainer,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                save_config_callback=RunConfigSaver,
+                parser_class=ShortErrorParser,
+                seed_everything_default=DEFAULT_SEED,
+                trainer_defaults={
+                    # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
+                    # checkpoints) lands under runs/ too, never in the working folder.
+                    "default_root_dir": "runs",
+                    "callbacks": [ValidateAtEnd()],
+                },
+                parser_kwargs={
+                    "prog": PROG,
+                    "description": DESCRIPTION_OF_PROG,
+                    "default_env": True,
+                    **defaults_for(self.subcommands() if run else None),
+                },
+                auto_configure_optimizers=False,
+                args=args,
+                run=run,
+            )
+        except pickle.UnpicklingError as error:
+            # Lightning's own loads (`--ckpt_path hpc`, the best checkpoint `test_after_fit` tests, a
+            # finder's restore) refused by `weights_only=True`: the one it was loading, named.
+            loading = getattr(getattr(self, "trainer", None), "ckpt_path", None)
+            if loading is None:
+                raise
+            raise refused_pickle(f"checkpoint '{loading}'", error) from None
 
     def subcommands(self) -> dict[str, set[str]]:
         """Only the subcommand the command line starts with, when it starts with one: building a
@@ -133,6 +167,21 @@ class ProjCLI(LightningCLI):
         every = {**LightningCLI.subcommands(), "export": {"model", "datamodule"}}
         first = self.command_line[:1] if isinstance(self.command_line, (list, tuple)) else []
         return {name: every[name] for name in first if name in every} or every
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        """Each subcommand with its line of ``SUBCOMMANDS``, and ``sweep`` with the others when all are
+        built (``--help``): ``__main__`` runs it before Lightning is imported. jsonargparse keeps the
+        subcommands in ``_subcommands_action``, argparse their help in ``_choices_actions``: neither
+        library offers another way to set a subcommand's help line."""
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if not add_subcommands:
+            return
+        subcommands = self.parser._subcommands_action
+        for choice in subcommands._choices_actions:
+            choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
+        if len(subcommands.choices) == len(SUBCOMMANDS) - 1:
+            sweep = add_arguments(ShortErrorParser(description=DESCRIPTION))
+            subcommands.add_subcommand("sweep", sweep, help=SUBCOMMANDS["sweep"])
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():
@@ -168,6 +217,8 @@ class ProjCLI(LightningCLI):
         check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
+        if subcommand == "sweep":
+            parser.error(f"sweep: start the command with it, as `{PROG} sweep --config SWEEP.yaml`.")
         if subcommand:
             check_environment(self, subcommand)
         config = self.config[subcommand] if subcommand else self.config
@@ -188,6 +239,8 @@ class ProjCLI(LightningCLI):
         if subcommand:
             check_trainer(config.trainer, parser, subcommand)
             check_weights_only(config, parser)
+            if "weights_only" in config:  # Lightning's argument, so that a crafted file cannot run code
+                config.weights_only = True
             check_save_dir(config, parser)
             check_run_names(config, parser, self.config_files)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
@@ -250,6 +303,14 @@ class ProjCLI(LightningCLI):
         guard_checkpoints(trainer.strategy, config.get("checkpoint_io"))
         return trainer
 
+    def validate(self, verbose: bool = True, **kwargs) -> None:
+        """Lightning's ``validate``, its metrics printed by ``print_metrics``."""
+        print_metrics(self.trainer.validate(verbose=False, **kwargs), "Validation", verbose)
+
+    def test(self, verbose: bool = True, **kwargs) -> None:
+        """Lightning's ``test``, its metrics printed by ``print_metrics``."""
+        print_metrics(self.trainer.test(verbose=False, **kwargs), "Test", verbose)
+
     def before_fit(self) -> None:
         claim_run_directory(self.trainer)
 
@@ -285,7 +346,17 @@ class ProjCLI(LightningCLI):
                 "`test --ckpt_path best` tests its best checkpoint again."
             )
             return
-        trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        self.test(model=self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
+
+
+def print_metrics(results: list[dict[str, float]], stage: str, verbose: bool = True) -> None:
+    """One line per dataloader: each metric to ``METRIC_DIGITS`` significant digits (``1.000``)."""
+    if not verbose:
+        return
+    for index, metrics in enumerate(results):
+        loader = f" (dataloader {index})" if len(results) > 1 else ""
+        said = ", ".join(f"{name} {value:#.{METRIC_DIGITS}g}" for name, value in sorted(metrics.items()))
+        rank_zero_info(f"{stage} metrics{loader}: {said}")
 
 
 def early_stops(trainer: Trainer) -> list[str]:

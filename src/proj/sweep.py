@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -35,10 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import yaml
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
+from jsonargparse.typing import NotEmptyStr, PositiveInt, restricted_string_type
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine, make_url
 
@@ -53,7 +58,20 @@ GRACE_PERIOD_S = 90
 # rather than sampling on: it might never reach n_trials.
 MAX_FAILURES_IN_A_ROW = 3
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-SPACE_TYPES = ("float", "int", "categorical")
+DISTRIBUTIONS = {"float": FloatDistribution, "int": IntDistribution, "categorical": CategoricalDistribution}
+# The fields of a sweep config besides the sampler and the pruner: each one's type, and its fix.
+FIELDS: dict[str, tuple[Any, str]] = {
+    "configs": (str | list[str], "list the experiment's config files, e.g. `configs: [configs/digits.yaml]`"),
+    "flags": (list[restricted_string_type("Flag", "^--")], "flags such as `--trainer.max_epochs=10`, a list"),
+    "metric": (NotEmptyStr, "the logged metric to optimise, e.g. `metric: val/loss`"),
+    "direction": (Literal["minimize", "maximize"], "write `minimize` (a loss) or `maximize` (an accuracy)"),
+    "n_trials": (PositiveInt, "the number of trials to finish, a positive integer"),
+    "space": (
+        dict[str, Any],
+        "map each dotted CLI key to a distribution, e.g. "
+        "`model.init_args.optimizer.init_args.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}`",
+    ),
+}
 HOST = socket.gethostname()
 # Heartbeats, stale trials and the matplotlib plots are "experimental" in Optuna 4: used as documented.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -80,7 +98,7 @@ class Sweep:
     n_trials: int
     sampler: dict[str, Any]
     pruner: dict[str, Any]
-    space: dict[str, dict[str, Any]]
+    space: dict[str, BaseDistribution]
 
     @property
     def folder(self) -> Path:
@@ -100,124 +118,99 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepConfigError(f"{path}: a sweep config is a mapping of fields (configs, space, metric, ...)")
     if "method" in spec or "command" in spec:
         raise SweepConfigError(
-            f"{path}: this is a W&B sweep spec; run it with `wandb sweep {path}` (see the README's Sweeps)."
+            f"{path}: this is a W&B sweep spec; run it with `wandb sweep {path}` (see docs/sweeps.md)."
         )
 
     def fail(field: str, problem: str) -> SweepConfigError:
         return SweepConfigError(f"{path}: {field}: {problem}")
 
-    known = {"configs", "flags", "metric", "direction", "n_trials", "sampler", "pruner", "space"}
-    if unknown := sorted(set(spec) - known):
-        raise fail(unknown[0], f"unknown field; the fields are {', '.join(sorted(known))}")
-    configs = spec.get("configs")
-    if isinstance(configs, str):
-        configs = [configs]
-    if not configs or not all(isinstance(c, str) for c in configs):
+    if unknown := sorted(set(spec) - set(FIELDS) - {"sampler", "pruner"}):
         raise fail(
-            "configs", "missing: list the experiment's config files, e.g. `configs: [configs/digits.yaml]`"
+            unknown[0], f"unknown field; the fields are {', '.join(sorted([*FIELDS, 'sampler', 'pruner']))}"
         )
+    fields = parse_fields(spec, fail)
+    configs = [fields.configs] if isinstance(fields.configs, str) else fields.configs
     for config in configs:
         if not Path(config).is_file():
             raise fail(
                 "configs", f"no file '{config}' (paths are relative to the folder the sweep starts in)"
             )
-    flags = spec.get("flags") or []
-    if not isinstance(flags, list) or not all(isinstance(f, str) and f.startswith("--") for f in flags):
-        raise fail("flags", "a list of command-line flags such as `--trainer.max_epochs=10`")
-    metric = spec.get("metric")
-    if not isinstance(metric, str) or not metric:
-        raise fail("metric", "missing: the logged metric to optimise, e.g. `metric: val/loss`")
-    direction = spec.get("direction")
-    if direction not in ("minimize", "maximize"):
-        raise fail("direction", f"'{direction}': write `minimize` (a loss) or `maximize` (an accuracy)")
-    n_trials = spec.get("n_trials")
-    if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
-        raise fail("n_trials", f"'{n_trials}': the number of trials to finish, a positive integer")
-    space = spec.get("space")
-    if not isinstance(space, dict) or not space:
-        raise fail(
-            "space",
-            "missing: map each dotted CLI key to a distribution, e.g. "
-            "`model.init_args.optimizer.init_args.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}`",
-        )
-    for key, distribution in space.items():
-        check_distribution(f"space.{key}", distribution, fail)
     sweep = Sweep(
         path=path,
         name=path.stem,
-        configs=list(configs),
-        flags=list(flags),
-        metric=metric,
-        direction=direction,
-        n_trials=n_trials,
+        configs=configs,
+        flags=fields.flags,
+        metric=fields.metric,
+        direction=fields.direction,
+        n_trials=fields.n_trials,
         sampler=spec.get("sampler") or {"class_path": "TPESampler"},
         pruner=spec.get("pruner") or {"class_path": "NopPruner"},
-        space=space,
+        space={key: distribution(f"space.{key}", entry, fail) for key, entry in fields.space.items()},
     )
     build_sampler(sweep)  # an unknown class or argument stops here, not in the first trial
     build_pruner(sweep.pruner, str(path))
     return sweep
 
 
-def check_distribution(field: str, spec: Any, fail) -> None:
-    """One search-space entry: ``{type: float|int, low, high, log?, step?}`` or
-    ``{type: categorical, choices: [...]}``, the arguments of Optuna's ``suggest_*``."""
-    if not isinstance(spec, dict) or spec.get("type") not in SPACE_TYPES:
-        kind = spec.get("type") if isinstance(spec, dict) else spec
+def parse_fields(spec: dict[str, Any], fail) -> Namespace:
+    """The fields of ``FIELDS``, typed by jsonargparse; a wrong or missing one refused with its fix."""
+    parser = ArgumentParser(exit_on_error=False)
+    for field, (kind, _) in FIELDS.items():
+        parser.add_argument(f"--{field}", type=kind, default=[] if field == "flags" else None)
+    given = {field: value for field, value in spec.items() if field in FIELDS and value is not None}
+    try:
+        fields = parser.parse_object(given)
+    except ArgumentError as error:
+        named = re.search(r'key "(\w+)"', str(error))
+        field = named.group(1) if named else next(iter(given))
+        raise fail(field, f"'{given.get(field)}': {FIELDS[field][1]}") from None
+    if missing := [field for field in FIELDS if field != "flags" and fields[field] in (None, "", [], {})]:
+        raise fail(missing[0], f"missing: {FIELDS[missing[0]][1]}")
+    return fields
+
+
+def distribution(field: str, spec: Any, fail) -> BaseDistribution:
+    """One search-space entry as Optuna's own distribution, which refuses a range it cannot sample:
+    ``{type: float|int, low, high, log?, step?}`` or ``{type: categorical, choices: [...]}``."""
+    kind = spec.get("type") if isinstance(spec, dict) else spec
+    if not isinstance(spec, dict) or kind not in DISTRIBUTIONS:
         raise fail(
             field,
             f"unknown distribution '{kind}'; give `type:` float (with `log: true` for a log "
             "scale), int or categorical",
         )
-    kind = spec["type"]
-    allowed = {"type", "choices"} if kind == "categorical" else {"type", "low", "high", "log", "step"}
-    if extra := sorted(set(spec) - allowed):
-        raise fail(
-            field, f"'{extra[0]}' is no setting of a {kind}; it takes {', '.join(sorted(allowed - {'type'}))}"
-        )
-    if kind == "categorical":
-        choices = spec.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise fail(field, "a categorical needs `choices: [...]`, a list of values")
-        if not all(c is None or isinstance(c, (bool, int, float, str)) for c in choices):
-            raise fail(field, "choices must be numbers, strings, booleans or null (Optuna stores no lists)")
-        return
-    number = int if kind == "int" else (int, float)
-    for bound in ("low", "high"):
-        value = spec.get(bound)
-        if not isinstance(value, number) or isinstance(value, bool):
-            hint = " (YAML reads 1e-4 as text: write 1.0e-4)" if isinstance(value, str) else ""
-            raise fail(
-                field,
-                f"`{bound}` must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}{hint}",
-            )
-    if spec["low"] >= spec["high"]:
-        raise fail(field, f"low ({spec['low']}) must be below high ({spec['high']})")
-    if spec.get("log") and spec["low"] <= 0:
-        raise fail(field, f"a log scale needs low > 0, got {spec['low']}")
-    if spec.get("log") and spec.get("step") not in (None, 1):
-        raise fail(field, "a log scale takes no `step`: drop one of them")
-
-
-def component(spec: Any, module: str, field: str, source: str, **extra: Any) -> Any:
-    """The sampler or pruner a ``{class_path, init_args}`` entry names (a bare class name is looked up
-    in ``optuna.samplers`` or ``optuna.pruners``), built with its arguments."""
-    if not isinstance(spec, dict) or not isinstance(spec.get("class_path"), str):
-        raise SweepConfigError(f"{source}: {field}: give `class_path:` (e.g. TPESampler) and `init_args:`")
-    path = spec["class_path"] if "." in spec["class_path"] else f"{module}.{spec['class_path']}"
-    owner, _, name = path.rpartition(".")
-    cls = getattr(import_module(owner), name, None) if owner else None
-    if not isinstance(cls, type):
-        names = ", ".join(
-            n for n in dir(import_module(module)) if n[0].isupper() and not n.startswith("Base")
-        )
-        raise SweepConfigError(
-            f"{source}: {field}.class_path: no class '{spec['class_path']}'. {module} has: {names}"
-        )
+    settings = {name: value for name, value in spec.items() if name != "type"}
+    if text := [f"`{bound}`" for bound in ("low", "high") if isinstance(settings.get(bound), str)]:
+        raise fail(field, f"{' and '.join(text)} must be numbers (YAML reads 1e-4 as text: write 1.0e-4)")
+    cls = DISTRIBUTIONS[kind]
     try:
-        return cls(**{**(spec.get("init_args") or {}), **extra})
-    except (TypeError, ValueError) as error:
-        raise SweepConfigError(f"{source}: {field}.init_args: {error}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # Optuna only warns of choices its storage cannot hold
+            return cls(**settings)
+    except TypeError:
+        raise fail(
+            field, f"a {kind} takes {', '.join(inspect.signature(cls).parameters)}, got {spec}"
+        ) from None
+    except (ValueError, UserWarning) as error:
+        raise fail(field, str(error).splitlines()[0]) from None
+
+
+def component(spec: Any, base: type, field: str, source: str) -> Any:
+    """The sampler or pruner a ``{class_path, init_args}`` entry names (a bare class name is one of
+    ``optuna.samplers`` or ``optuna.pruners``), parsed and built by jsonargparse."""
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_argument(f"--{field}", type=base)
+    try:
+        return parser.instantiate(parser.parse_object({field: spec}))[field]
+    except (ArgumentError, TypeError, ValueError) as error:
+        module = import_module(f"optuna.{field}s")
+        names = ", ".join(n for n in module.__all__ if n[0].isupper() and not n.startswith("Base"))
+        lines = [line.strip() for line in str(error).splitlines()[1:3]] or [str(error)]
+        problem = " ".join(lines if lines[0].endswith(":") else lines[:1])  # jsonargparse's reason
+        raise SweepConfigError(
+            f"{source}: {field}: {problem}. Give `class_path:`, one of {module.__name__}: {names}, "
+            "and its `init_args:`"
+        ) from None
 
 
 def build_sampler(sweep: Sweep, seed_offset: int = 0) -> optuna.samplers.BaseSampler:
@@ -227,24 +220,23 @@ def build_sampler(sweep: Sweep, seed_offset: int = 0) -> optuna.samplers.BaseSam
     if seed_offset and init_args.get("seed") is not None:
         init_args["seed"] = (init_args["seed"] + seed_offset) % 2**32
     spec = {**sweep.sampler, "init_args": init_args} if isinstance(sweep.sampler, dict) else sweep.sampler
-    return component(spec, "optuna.samplers", "sampler", str(sweep.path))
+    return component(spec, optuna.samplers.BaseSampler, "sampler", str(sweep.path))
 
 
 def build_pruner(spec: dict[str, Any], source: str) -> optuna.pruners.BasePruner:
     """The sweep's pruner (the worker's and, rebuilt from the same entry, its trials')."""
-    return component(spec, "optuna.pruners", "pruner", source)
+    return component(spec, optuna.pruners.BasePruner, "pruner", source)
 
 
-def suggest(trial: optuna.Trial, space: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def suggest(trial: optuna.Trial, space: dict[str, BaseDistribution]) -> dict[str, Any]:
     """The trial's values, one per key of the search space."""
     values = {}
-    for key, spec in space.items():
-        if spec["type"] == "categorical":
-            values[key] = trial.suggest_categorical(key, spec["choices"])
+    for key, d in space.items():
+        if isinstance(d, CategoricalDistribution):
+            values[key] = trial.suggest_categorical(key, d.choices)
         else:
-            suggest_number = trial.suggest_int if spec["type"] == "int" else trial.suggest_float
-            step = {"step": spec["step"]} if "step" in spec else {}  # suggest_int's default is 1
-            values[key] = suggest_number(key, spec["low"], spec["high"], log=bool(spec.get("log")), **step)
+            suggest_number = trial.suggest_int if isinstance(d, IntDistribution) else trial.suggest_float
+            values[key] = suggest_number(key, d.low, d.high, step=d.step, log=d.log)
     return values
 
 
@@ -420,6 +412,8 @@ def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -
     """Fail the trials a dead worker left running: on this machine, those whose worker's process is
     gone (at once); on any machine, those whose heartbeat stopped (after the grace period). Each is
     retried once with the same values."""
+    # Optuna calls this too, but only in `optimize` before it asks for a trial: the worker counts the
+    # running trials before that, and one of a silent worker would count as running and end the sweep.
     optuna.storages.fail_stale_trials(study)
     retry = storage.get_heartbeat_stale_trial_callback()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -529,7 +523,7 @@ def objective_for(sweep: Sweep, storage_url: str):
         report_to = {
             "storage": storage_url,
             "study": sweep.name,
-            "trial_id": trial._trial_id,  # what optuna.trial.Trial(study, trial_id) takes; no public getter
+            "trial": trial.number,
             "metric": sweep.metric,
             "pruner": sweep.pruner,
         }
@@ -728,14 +722,14 @@ def write_plots(study: optuna.Study, folder: Path) -> list[str]:
     return written
 
 
-def main(argv: Sequence[str] | None = None) -> optuna.Study:
-    """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m proj sweep",
-        description="Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's "
-        "values as flags. Start the same command again, here or on other machines (with --storage), "
-        "to add workers or to resume.",
-    )
+DESCRIPTION = (
+    "Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's values as flags. Start "
+    "the same command again, here or on other machines (with --storage), to add workers or to resume."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The sweep's options, on ``parser``: also the CLI's, whose ``--help`` lists ``sweep``."""
     parser.add_argument(
         "--config", required=True, help="the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
     )
@@ -745,6 +739,12 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
         "e.g. postgresql://user@host/db for workers on several machines",
     )
     parser.add_argument("--n_trials", type=int, help="trials to finish, overriding the config's n_trials")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> optuna.Study:
+    """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m proj sweep", description=DESCRIPTION))
     args = parser.parse_args(argv)
     try:
         sweep = load_sweep(args.config)

@@ -25,8 +25,8 @@ class OptunaPruning(Callback):
     machine would. Under DDP rank 0 talks to the study and the decision is broadcast.
     """
 
-    def __init__(self, storage: str, study: str, trial_id: int, metric: str, pruner: dict[str, Any]) -> None:
-        self.storage, self.study_name, self.trial_id = storage, study, trial_id
+    def __init__(self, storage: str, study: str, trial: int, metric: str, pruner: dict[str, Any]) -> None:
+        self.storage, self.study_name, self.trial_number = storage, study, trial
         self.metric, self.pruner = metric, pruner
         self.trial = None
 
@@ -46,13 +46,16 @@ class OptunaPruning(Callback):
         from proj.sweep import build_pruner, storage_for
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = storage_for(self.storage)
         study = optuna.load_study(
             study_name=self.study_name,
-            storage=storage_for(self.storage),
+            storage=storage,
             sampler=optuna.samplers.RandomSampler(),  # the worker samples; this process only reports
             pruner=build_pruner(self.pruner, f"the sweep of study '{self.study_name}'"),
         )
-        self.trial = optuna.trial.Trial(study, self.trial_id)
+        study_id = storage.get_study_id_from_name(self.study_name)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, self.trial_number)
+        self.trial = optuna.trial.Trial(study, trial_id)
         self.trial.set_user_attr("run_dir", run_directory(trainer))
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

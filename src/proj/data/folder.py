@@ -108,29 +108,6 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         bad_files: Literal["refuse", "skip"] = "refuse",
     ) -> None:
         super().__init__()
-        checks.positive("image_size", image_size)
-        if channels not in (1, 3):
-            raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {channels}")
-        checks.loader_settings(batch_size, num_workers)
-        checks.fraction("val_fraction", val_fraction)
-        checks.fraction("test_fraction", test_fraction)
-        if val_fraction + test_fraction >= 1.0:
-            raise ValueError(
-                f"data.val_fraction + data.test_fraction must be below 1 to leave training images, got "
-                f"{val_fraction} + {test_fraction}"
-            )
-        if not 0.0 < crop_scale[0] <= crop_scale[1] <= 1.0:
-            raise ValueError(
-                f"data.crop_scale must be (low, high) with 0 < low <= high <= 1, got {crop_scale}"
-            )
-        if not 0.0 < crop_fraction <= 1.0:
-            raise ValueError(f"data.crop_fraction must be in (0, 1], got {crop_fraction}")
-        if len(mean) != channels or len(std) != channels or min(std) <= 0:
-            raise ValueError(
-                f"data.mean and data.std need one value per channel ({channels}), std positive; got "
-                f"mean {list(mean)}, std {list(std)}. With channels 1, e.g. --data.init_args.mean=[0.5] "
-                "--data.init_args.std=[0.25]."
-            )
         self.save_hyperparameters()
         self.root = Path(root)
         self.image_size = image_size
@@ -153,6 +130,33 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         self.splits: dict[str, ImageFiles] = {}
         self.train_order = TrainOrder()
         self._classes: tuple[str, ...] | None = None
+        self.check_settings()
+
+    def check_settings(self) -> None:
+        """Refuse settings no image can be cut or normalised with, before any file is read."""
+        checks.positive("image_size", self.image_size)
+        if self.channels not in (1, 3):
+            raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {self.channels}")
+        checks.loader_settings(self.batch_size, self.num_workers)
+        checks.fraction("val_fraction", self.val_fraction)
+        checks.fraction("test_fraction", self.test_fraction)
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"data.val_fraction + data.test_fraction must be below 1 to leave training images, got "
+                f"{self.val_fraction} + {self.test_fraction}"
+            )
+        if not 0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0:
+            raise ValueError(
+                f"data.crop_scale must be (low, high) with 0 < low <= high <= 1, got {list(self.crop_scale)}"
+            )
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError(f"data.crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        if len(self.mean) != self.channels or len(self.std) != self.channels or min(self.std) <= 0:
+            raise ValueError(
+                f"data.mean and data.std need one value per channel ({self.channels}), std positive; got "
+                f"mean {list(self.mean)}, std {list(self.std)}. With channels 1, e.g. "
+                "--data.init_args.mean=[0.5] --data.init_args.std=[0.25]."
+            )
 
     @property
     def split_folders(self) -> bool:
@@ -228,9 +232,8 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     def find_samples(self) -> dict[str, list[tuple[str, int]]]:
         """Each split's ``(path, label)`` samples: from its own folder, or cut from the training ones.
 
-        Every file is read once before the first step (``image_problems``): unreadable ones are
-        refused, all named, or with ``bad_files="skip"`` left out and counted. Links are followed,
-        each real folder walked once and each real file taken once (``image_files``)."""
+        Every file is read once before the first step (``readable``). Links are followed, each real
+        folder walked once and each real file taken once (``image_files``)."""
         folders = {
             split: self.root / split if self.split_folders else self.root
             for split in (SPLITS if self.split_folders else ("train",))
@@ -259,17 +262,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             ]
             for split, folder in folders.items()
         }
-        problems = image_problems([Path(path) for samples in found.values() for path, _ in samples])
-        if problems and self.bad_files == "refuse":
-            hint = " Or set --data.init_args.bad_files=skip to train without them."
-            raise refused_images(problems, "data.root", self.root, hint)
-        if problems:
-            bad = {str(path) for path in problems}
-            found = {split: [s for s in samples if s[0] not in bad] for split, samples in found.items()}
-            rank_zero_warn(
-                f"data.root: left out {len(problems)} unreadable file(s) (data.bad_files=skip), such as "
-                f"'{next(iter(problems))}'."
-            )
+        found = self.readable(found)
         train = found["train"]
         present = {label for _, label in train}
         if empty := [name for label, name in enumerate(self.classes) if label not in present]:
@@ -288,6 +281,22 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             raise ConfigError(
                 f"data.root: '{self.root}' has {len(train)} training image(s), too few to also cut "
                 "validation and test splits from. Add images, or give val/ and test/ folders."
+            )
+        return found
+
+    def readable(self, found: dict[str, list[tuple[str, int]]]) -> dict[str, list[tuple[str, int]]]:
+        """The samples, each file decoded once (``image_problems``): unreadable ones refused, all
+        named, or with ``bad_files="skip"`` left out and counted."""
+        problems = image_problems([Path(path) for samples in found.values() for path, _ in samples])
+        if problems and self.bad_files == "refuse":
+            hint = " Or set --data.init_args.bad_files=skip to train without them."
+            raise refused_images(problems, "data.root", self.root, hint)
+        if problems:
+            bad = {str(path) for path in problems}
+            found = {split: [s for s in samples if s[0] not in bad] for split, samples in found.items()}
+            rank_zero_warn(
+                f"data.root: left out {len(problems)} unreadable file(s) (data.bad_files=skip), such as "
+                f"'{next(iter(problems))}'."
             )
         return found
 

@@ -23,6 +23,21 @@ from proj.reliability import gather
 MISCLASSIFIED_SHOWN = 32
 
 
+class MacroF1Score(MulticlassF1Score):
+    """torchmetrics' macro F1, never above 1: the mean of the per-class scores of the classes seen
+    (with a sample or a prediction), as there, but summed before it is divided. torchmetrics divides
+    each score by the number of classes first, and ten perfect scores of 0.1 each add up to
+    1.0000001 in float32."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__(num_classes, average="none")
+
+    def compute(self) -> torch.Tensor:
+        scores = super().compute()
+        seen = (self.tp + self.fp + self.fn > 0).to(scores.dtype)
+        return (scores * seen).sum() / seen.sum().clamp(min=1)
+
+
 class ImageClassifier(TaskModule):
     """Trains any image network with cross-entropy; logs accuracy and macro-F1 per stage.
 
@@ -113,7 +128,7 @@ class ImageClassifier(TaskModule):
         torchmetrics' classification metrics accept alike. Keep ``acc``: ``val/acc_best`` reads it.
         """
         accuracy = MulticlassAccuracy(self.hparams.num_classes, average="micro")
-        f1 = MulticlassF1Score(self.hparams.num_classes, average="macro")
+        f1 = MacroF1Score(self.hparams.num_classes)
         return MetricCollection({"acc": accuracy, "f1": f1})
 
     def logged_metrics(self) -> set[str]:

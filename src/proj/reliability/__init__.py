@@ -5,9 +5,9 @@ piece                             guards against                               c
 ================================  ===========================================  ======================
 ``LastCheckpoint``                a killed run losing more than a few steps    ``last_checkpoint``
 ``AtomicCheckpointIO``            a kill mid-save leaving a truncated file     ``checkpoint_io``
-``load_weights_only``             a crafted checkpoint running code when it    always (the CLI's
-                                  is loaded (``loads_weights_only``: what a    ``guard_checkpoints``)
-                                  checkpoint's hyperparameters may hold)
+``loads_weights_only``            a crafted checkpoint running code when it    always (the CLI passes
+                                  is loaded: a checkpoint keeps only what      Lightning's
+                                  ``weights_only=True`` reads back             ``weights_only=True``)
 ``ExactResume``                   a resumed run drawing other random numbers   ``exact_resume``
                                   (dropout, augmentation) or repeating rows
                                   of ``metrics.csv``
@@ -30,7 +30,6 @@ run that is killed, preempted or diverges to lose nothing.
 from proj.reliability.checkpoint_io import (
     AtomicCheckpointIO,
     guard_checkpoints,
-    load_weights_only,
     loads_weights_only,
 )
 from proj.reliability.divergence import DivergenceError, StopOnDivergence
@@ -52,6 +51,5 @@ __all__ = [
     "TrainOrder",
     "gather",
     "guard_checkpoints",
-    "load_weights_only",
     "loads_weights_only",
 ]

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import errno
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import CheckpointIO, TorchCheckpointIO
 from lightning.pytorch.strategies import Strategy
-
-from proj.checks.checkpoint import refused_pickle
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -24,6 +21,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     file. The temporary file sits in the same folder, never in ``$TMPDIR``: a rename is only atomic
     within one filesystem.
     """
+
+    def load_checkpoint(self, path: Any, **kwargs: Any) -> dict[str, Any]:
+        # The CLI passes Lightning's `weights_only=True` to fit/validate/test/predict; Lightning's
+        # finders restore their own checkpoint without it, which TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+        # would then read with full unpickling.
+        return super().load_checkpoint(path, **{**kwargs, "weights_only": True})
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         target = Path(path)
@@ -53,27 +56,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def guard_checkpoints(strategy: Strategy, io: CheckpointIO | None) -> None:
     """Write this command's checkpoints with ``io`` (``checkpoint_io``, ``AtomicCheckpointIO`` by
     default), but only in place of Lightning's default: a strategy's own (FSDP, DeepSpeed) or one
-    given in ``trainer.plugins`` is kept. Read every one with weights only (``load_weights_only``)."""
+    given in ``trainer.plugins`` is kept."""
     if io is not None and type(strategy.checkpoint_io) is TorchCheckpointIO:
         strategy.checkpoint_io = io
-    load_weights_only(strategy)
-
-
-def load_weights_only(strategy: Strategy) -> None:
-    """Every checkpoint Lightning loads for this command (``--ckpt_path`` including ``hpc``, the best
-    checkpoint ``test_after_fit`` follows, the tuners' own) is read with ``weights_only=True``,
-    whatever asks otherwise (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``, a strategy's default), so a
-    crafted file cannot run code: this template's checkpoints hold plain values only. Wrapped on
-    the strategy, which every load goes through, whatever its checkpoint IO."""
-    load = strategy.load_checkpoint
-
-    def load_checkpoint(checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
-        try:
-            return load(checkpoint_path, weights_only=True)
-        except pickle.UnpicklingError as error:
-            raise refused_pickle(f"checkpoint '{checkpoint_path}'", error) from None
-
-    strategy.load_checkpoint = load_checkpoint
 
 
 def loads_weights_only(value: object) -> bool:
