@@ -91,10 +91,11 @@ class Phases:
         self._switch()
         self.open[0] = phase
 
-    def write(self, path: Path) -> None:
-        """The seconds so far, and when (``metric_at``) they were written."""
+    def write(self, path: Path, steps: int) -> None:
+        """The seconds so far, when (``metric_at``) they were written, and the optimizer steps
+        trained: the work done, which both sides of a comparison must match."""
         self._switch()
-        path.write_text(json.dumps({**self.seconds, "metric_at": self.mark - self.start}))
+        path.write_text(json.dumps({**self.seconds, "metric_at": self.mark - self.start, "steps": steps}))
 
 
 def recipe(experiment: str, changes: Sequence[str] = ()) -> dict:
@@ -354,7 +355,7 @@ def run(
     test = evaluate(net, source.eval_batches("test", batch_size), None, precision)
     print(f"test/loss {test['loss']:.4f} test/acc {test['acc']:.4f}")
     if "BENCH_T0" in os.environ:
-        phases.write(out / "phases.json")
+        phases.write(out / "phases.json", step)
 
 
 def main(argv: list[str] | None = None) -> None:
