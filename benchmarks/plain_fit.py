@@ -21,8 +21,9 @@ trainer.limit_val_batches=2``), so both sides of a comparison take the same chan
 so far (validation and sampling left out, as ``proj.callbacks.TrainingThroughput`` leaves them
 out), read after the loss, which waits for the device.
 
-Run by ``end_to_end.py`` (``BENCH_T0`` in the environment) it writes the seconds each phase took
-to ``phases.json`` in ``--out``, for the breakdown ``end_to_end.py`` prints.
+Run by ``end_to_end.py`` (``BENCH_T0`` in the environment) it writes the seconds each phase took,
+and the steps it trained, to ``phases.json`` in ``--out``, for the breakdown ``end_to_end.py``
+prints and its check that both sides did the same work.
 """
 
 from __future__ import annotations
