@@ -9,8 +9,9 @@ shipped config, changed only in where it writes (a temporary folder), where the 
 trains the same network class with the same recipe: data split, batches, AdamW parameter groups,
 warmup+cosine schedule, clipping, steps, evaluation cadence and batches, early stopping, a sample per
 validation for the GPT, the best checkpoint on improvement and the last at the end, then the final
-test of the best weights on the same test split. Medians over the rounds are printed, with the
-ratio plain / proj (1.0: proj costs nothing around the training; at least 0.95 for the GPT)::
+test of the best weights on the same test split. Each run reports the steps it trained, and the
+comparison stops if the sides differ. Medians over the rounds are printed, with the ratio
+plain / proj (1.0: proj costs nothing around the training; at least 0.95 for the GPT)::
 
     python benchmarks/end_to_end.py                        # both experiments, 3 rounds
     python benchmarks/end_to_end.py --threads 1 --clock cpu --rounds 2   # on a busy machine
