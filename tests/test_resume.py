@@ -138,8 +138,8 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         f"      init_args: {{step: 4, path: {stalled}}}\n"
     )
     args = ["fit", "--config", config("digits.yaml"), "--last_checkpoint.init_args.every_n_train_steps=2",
-            "--trainer.max_steps=6", "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false",
-            "--test_after_fit=false"]  # fmt: skip
+            "--trainer.max_steps=5", "--trainer.num_sanity_val_steps=0", "--test_after_fit=false",
+            "--trainer.enable_progress_bar=false"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     command = [sys.executable, "-m", "proj", *args, "--config", str(overlay)]
     run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
@@ -159,7 +159,7 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert last.read_bytes() == previous and torch.load(last, weights_only=True)["global_step"] == 2
     monkeypatch.chdir(tmp_path)
     cli = main([*args, "--ckpt_path=last"])
-    assert Path(cli.trainer.ckpt_path).resolve() == last.resolve() and cli.trainer.global_step == 6
+    assert Path(cli.trainer.ckpt_path).resolve() == last.resolve() and cli.trainer.global_step == 5
     assert not list(checkpoints.glob(".*.tmp")), "the killed save's temporary file is cleared"
 
 
