@@ -9,8 +9,9 @@ shipped config, changed only in where it writes (a temporary folder), where the 
 trains the same network class with the same recipe: data split, batches, AdamW parameter groups,
 warmup+cosine schedule, clipping, steps, evaluation cadence and batches, early stopping, a sample per
 validation for the GPT, the best checkpoint on improvement and the last at the end, then the final
-test of the best weights on the same test split. Medians over the rounds are printed, with the
-ratio plain / proj (1.0: proj costs nothing around the training; at least 0.95 for the GPT)::
+test of the best weights on the same test split. Each run reports the steps it trained, and the
+comparison stops if the sides differ. Medians over the rounds are printed, with the ratio
+plain / proj (1.0: proj costs nothing around the training; at least 0.95 for the GPT)::
 
     python benchmarks/end_to_end.py                        # both experiments, 3 rounds
     python benchmarks/end_to_end.py --threads 1 --clock cpu --rounds 2   # on a busy machine
@@ -117,7 +118,7 @@ class PhaseTimer(Callback):
         self.phases.base("test")
 
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.phases.write(Path(os.environ["BENCH_OUT"]) / "phases.json")
+        self.phases.write(Path(os.environ["BENCH_OUT"]) / "phases.json", trainer.global_step)
 
 
 def run(command: Sequence[str], folder: Path, env: dict[str, str], clock: str) -> dict[str, float]:
@@ -192,8 +193,13 @@ def benchmark(experiment: str, args: argparse.Namespace, env: dict[str, str]) ->
             with tempfile.TemporaryDirectory() as folder:
                 argv = command(experiment, Path(folder), args.corpus, args.steps)
                 results[name].append(run(argv, Path(folder), env, args.clock))
-    steps = f"{args.steps} steps" if args.steps else "as configured"
-    print(f"{experiment}: {steps}, {args.rounds} rounds alternating, medians ({args.clock} s)")
+    trained = {name: {r["steps"] for r in runs} for name, runs in results.items()}
+    if len(set.union(*trained.values())) != 1:
+        raise RuntimeError(f"{experiment}: the sides trained different steps, not the same work: {trained}")
+    (steps,) = trained["proj fit"]
+    asked = f"{args.steps} steps asked" if args.steps else "steps as configured"
+    print(f"{experiment}: {asked}, {steps} trained by each side in each round, {args.rounds} rounds "
+          f"alternating, medians ({args.clock} s)")  # fmt: skip
     medians = {}
     for name, runs in results.items():
         medians[name] = {p: statistics.median(r.get(p, 0.0) for r in runs) for p in (*PHASES, "total")}
@@ -209,10 +215,10 @@ def benchmark(experiment: str, args: argparse.Namespace, env: dict[str, str]) ->
     return ratio
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
     options = parser(__doc__, EXPERIMENTS)  # --experiment, --corpus, --threads (of both sides here)
     options.add_argument("--rounds", type=int, default=3, help="runs of each side, alternating")
-    options.add_argument("--startup-rounds", type=int, default=5)
+    options.add_argument("--startup-rounds", type=int, default=5, help="0: no start-up measure")
     options.add_argument("--steps", type=int, help="optimizer steps (default: the config's)")
     options.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     args = options.parse_args(argv)
@@ -222,12 +228,14 @@ def main(argv: list[str] | None = None) -> None:
         options.error("--clock cpu counts the CPU time of one working thread: pass --threads 1")
     env = environment(args.threads)
     print(f"threads {args.threads or 'torch default'}, {args.clock} clock")
-    startup(args, env)
+    if args.startup_rounds:
+        startup(args, env)
     chosen = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
     ratios = {name: benchmark(name, args, env) for name in chosen}
     # The bar is the GPT's: the digits' CNN steps are short enough for Lightning's loop to show.
     checked = "shakespeare_char_cpu" if "shakespeare_char_cpu" in ratios else chosen[0]
     print(f"ratio {ratios[checked]:.3f} ({checked})")
+    return ratios
 
 
 if __name__ == "__main__":

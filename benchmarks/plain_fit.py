@@ -21,8 +21,9 @@ trainer.limit_val_batches=2``), so both sides of a comparison take the same chan
 so far (validation and sampling left out, as ``proj.callbacks.TrainingThroughput`` leaves them
 out), read after the loss, which waits for the device.
 
-Run by ``end_to_end.py`` (``BENCH_T0`` in the environment) it writes the seconds each phase took
-to ``phases.json`` in ``--out``, for the breakdown ``end_to_end.py`` prints.
+Run by ``end_to_end.py`` (``BENCH_T0`` in the environment) it writes the seconds each phase took,
+and the steps it trained, to ``phases.json`` in ``--out``, for the breakdown ``end_to_end.py``
+prints and its check that both sides did the same work.
 """
 
 from __future__ import annotations
@@ -91,10 +92,11 @@ class Phases:
         self._switch()
         self.open[0] = phase
 
-    def write(self, path: Path) -> None:
-        """The seconds so far, and when (``metric_at``) they were written."""
+    def write(self, path: Path, steps: int) -> None:
+        """The seconds so far, when (``metric_at``) they were written, and the optimizer steps
+        trained: the work done, which both sides of a comparison must match."""
         self._switch()
-        path.write_text(json.dumps({**self.seconds, "metric_at": self.mark - self.start}))
+        path.write_text(json.dumps({**self.seconds, "metric_at": self.mark - self.start, "steps": steps}))
 
 
 def recipe(experiment: str, changes: Sequence[str] = ()) -> dict:
@@ -354,7 +356,7 @@ def run(
     test = evaluate(net, source.eval_batches("test", batch_size), None, precision)
     print(f"test/loss {test['loss']:.4f} test/acc {test['acc']:.4f}")
     if "BENCH_T0" in os.environ:
-        phases.write(out / "phases.json")
+        phases.write(out / "phases.json", step)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,8 @@ each) against the machine's cores split between them, as ``proj.sweep.trial_thre
 
 Each round starts ``--workers`` trials together, ``python -m proj fit`` on the digits experiment,
 and times them until the last exits; the two settings alternate, ``--rounds`` times each, the one
-that goes first alternating too. Medians over the rounds are printed, with the ratio own / split
+that goes first alternating too. Every trial must train the same steps (read from its last
+checkpoint), or the comparison stops. Medians over the rounds are printed, with the ratio own / split
 (above 1: splitting the cores is that much faster)::
 
     python benchmarks/sweep_workers.py                      # 2 trials at once, 10 epochs, 3 rounds
@@ -22,13 +23,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from common import cli_args
 from proj.sweep import cpu_cores
 
 
-def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path) -> float:
-    """Seconds until ``workers`` digits trials started together have all exited; ``threads`` each
-    (``OMP_NUM_THREADS``), or torch's own choice for None."""
+def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path) -> tuple[float, set[int]]:
+    """Seconds until ``workers`` digits trials started together have all exited, ``threads`` each
+    (``OMP_NUM_THREADS``), or torch's own choice for None; and the steps the trials trained."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -50,10 +53,13 @@ def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path)
         _, errors = trial.communicate()
         if trial.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({trial.returncode}):\n{errors[-3000:]}")
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    lasts = [folder / str(i) / "digits" / "version_0" / "checkpoints" / "last.ckpt" for i in range(workers)]
+    return seconds, {torch.load(last, weights_only=True)["global_step"] for last in lasts}
 
 
-def main(argv: Sequence[str] | None = None) -> float:
+def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
+    """Runs the rounds and prints them; the seconds of each setting's rounds, in order."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -64,19 +70,27 @@ def main(argv: Sequence[str] | None = None) -> float:
     split = max(1, cpu_cores() // args.workers)
     print(f"{args.workers} trials at once on {cpu_cores()} cores: torch's own threads vs {split} each")
     times: dict[str, list[float]] = {"own": [], "split": []}
+    trained: set[int] = set()
     with tempfile.TemporaryDirectory() as runs:
         for round_ in range(args.rounds):
             order = ("own", "split") if round_ % 2 == 0 else ("split", "own")
             for setting in order:
                 threads = split if setting == "split" else None
                 folder = Path(runs) / f"{setting}{round_}"
-                times[setting].append(trials_at_once(args.workers, args.epochs, threads, folder))
-            print(f"round {round_ + 1}: own {times['own'][-1]:.1f} s, split {times['split'][-1]:.1f} s")
+                seconds, steps = trials_at_once(args.workers, args.epochs, threads, folder)
+                times[setting].append(seconds)
+                trained |= steps
+                if len(trained) != 1:
+                    raise RuntimeError(f"the trials trained different steps, not the same work: {trained}")
+            print(
+                f"round {round_ + 1} ({order[0]} first): own {times['own'][-1]:.1f} s, "
+                f"split {times['split'][-1]:.1f} s"
+            )
     own, split_s = statistics.median(times["own"]), statistics.median(times["split"])
+    print(f"each trial trained {trained.pop()} steps")
     print(f"median: own {own:.1f} s, split {split_s:.1f} s")
-    ratio = own / split_s
-    print(f"ratio {ratio:.2f} (own / split)")
-    return ratio
+    print(f"ratio {own / split_s:.2f} (own / split)")
+    return times
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Each row is one command line (after ``python -m proj``) with what it needs written first, the words
 its message must hold (the first is the message's key, which docs/errors.md quotes with its fix) and
 the exit code. ``test_bad_input.py`` runs every row; a test there checks the FAQ against the keys.
-Arguments may hold ``{digits}``, ``{text}`` (the text experiment's config), ``{corpus}`` (the shared
-Tiny Shakespeare), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}`` (the working folder).
+Arguments may hold ``{digits}``, ``{text}`` (the text experiment's config), ``{corpus}`` (the tests'
+play, ``conftest.CORPUS``), ``{ckpt}`` (the baseline run's last checkpoint) and ``{dir}`` (the
+working folder).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import CONFIGS, TINY_SHAKESPEARE
+from conftest import CONFIGS, CORPUS
 
 # A few optimizer steps and test batches: a row that trains (today or by mistake) ends in seconds.
 QUICK = (
@@ -27,7 +28,7 @@ QUICK = (
     "--trainer.limit_test_batches=1",
     "--trainer.enable_progress_bar=false",
 )
-# The character GPT at 2 layers of 64 on the shared corpus.
+# The character GPT at 2 layers of 64 on the tests' play.
 SMALL_GPT = (
     "--model.init_args.net.init_args.n_layer=2",
     "--model.init_args.net.init_args.n_embd=64",
@@ -53,7 +54,7 @@ class Case:
         values = {
             "digits": str(CONFIGS / "digits.yaml"),
             "text": str(CONFIGS / "shakespeare_char_cpu.yaml"),
-            "corpus": str(TINY_SHAKESPEARE),
+            "corpus": str(CORPUS),
             "ckpt": str(ckpt),
             "dir": str(workdir),
         }
@@ -135,7 +136,7 @@ def text_checkpoint(make: Callable[[str], object]) -> Callable[[Path, Path], Non
     """A text checkpoint ``init.ckpt`` of the corpus's characters, made by ``make(vocab)``."""
 
     def setup(workdir: Path, ckpt: Path) -> None:
-        vocab = "".join(sorted(set(TINY_SHAKESPEARE.read_text())))
+        vocab = "".join(sorted(set(CORPUS.read_text())))
         torch.save(make(vocab), workdir / "init.ckpt")
 
     return setup

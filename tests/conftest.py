@@ -1,14 +1,18 @@
 """Shared test helpers: the shipped configs, a clean working folder, a copy of the repository,
 tiny copies of the downloadable datasets written in their real on-disk formats, folders of PNG
-files, and the shared Tiny Shakespeare text."""
+files, a play the tests write for the text runs, and the real Tiny Shakespeare for the few tests
+about that corpus itself."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
+import random
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +35,45 @@ OVERLAYS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("*/*.yaml") 
 SWEEPS = sorted(str(p.relative_to(CONFIGS)) for p in CONFIGS.glob("sweeps/*.yaml"))
 WANDB_SWEEPS = [name for name in SWEEPS if "command" in yaml.safe_load((CONFIGS / name).read_text())]
 OPTUNA_SWEEPS = [name for name in SWEEPS if name not in WANDB_SWEEPS]
-# CI checks the repository out beside ../shared, which holds the real corpus: tests never download it.
+
+
+def write_play(path: Path, speeches: int = 3000, seed: int = 0) -> Path:
+    """A play shaped like Tiny Shakespeare (a speaker in capitals and a colon, a few lines of verse,
+    a blank line) from a few dozen words drawn by a seeded generator: structure a small GPT learns
+    in a few steps, in 260,000 characters, enough for the text experiments' windows and epochs."""
+    rng = random.Random(seed)
+    speakers = ("ROMEO", "JULIET", "MERCUTIO", "NURSE", "FRIAR LAURENCE", "KING RICHARD", "QUEEN")
+    subjects = ("my lord", "the king", "thy heart", "this night", "our love", "the sun", "sweet death")
+    verbs = ("doth break", "shall know", "will not see", "hath made", "must leave", "cannot bear")
+    objects = ("the crown", "thy face", "my soul", "the stars", "a kiss", "his sword", "o'er the sea")
+    ends = (".", ",", "!", "?", ";", ":")
+    speeches_text = []
+    for _ in range(speeches):
+        lines = [
+            f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}{rng.choice(ends)}".capitalize()
+            for _ in range(rng.randint(1, 4))
+        ]
+        speeches_text.append(f"{rng.choice(speakers)}:\n" + "\n".join(lines) + "\n")
+    path.write_text("\n".join(speeches_text), encoding="utf-8")
+    return path
+
+
+# The text runs' corpus, written once per test process into a folder of its own.
+CORPUS = write_play(Path(tempfile.mkdtemp(prefix="proj-tests-")) / "play.txt")
+atexit.register(shutil.rmtree, CORPUS.parent, ignore_errors=True)
+# The real corpus, for the tests about it: CI checks the repository out beside ../shared, which holds
+# it; tests never download it.
 TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+needs_tiny_shakespeare = pytest.mark.skipif(
+    not TINY_SHAKESPEARE.is_file(),
+    reason=f"needs the real Tiny Shakespeare at {TINY_SHAKESPEARE}: check the repository out beside "
+    "a shared/ folder holding data/tinyshakespeare/input.txt (the file that "
+    "`python -m proj fit --config configs/shakespeare_char_cpu.yaml` downloads to "
+    "data/tinyshakespeare/)",
+)
 EXPERIMENT_ARGS = {
-    "shakespeare_char.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
-    "shakespeare_char_cpu.yaml": (f"--data.init_args.path={TINY_SHAKESPEARE}",),
+    "shakespeare_char.yaml": (f"--data.init_args.path={CORPUS}",),
+    "shakespeare_char_cpu.yaml": (f"--data.init_args.path={CORPUS}",),
 }
 
 
@@ -68,10 +106,10 @@ def fit(*configs: str, extra: tuple[str, ...] = ()):
 
 
 def small_gpt(*extra: str) -> tuple[str, ...]:
-    """The character GPT on the shared corpus at 2 layers of 64: a text run that takes seconds, for
+    """The character GPT on the tests' play at 2 layers of 64: a text run that takes seconds, for
     tests of what happens around training rather than of how well it learns."""
     return (
-        f"--data.init_args.path={TINY_SHAKESPEARE}",
+        f"--data.init_args.path={CORPUS}",
         "--model.init_args.net.init_args.n_layer=2",
         "--model.init_args.net.init_args.n_embd=64",
         *extra,
@@ -123,7 +161,7 @@ def copy_repo(dest: Path) -> Path:
 
 
 def experiment_args(name: str) -> tuple[str, ...]:
-    """Command-line arguments an experiment needs under test (the text ones: where the corpus is).
+    """Command-line arguments an experiment needs under test (the text ones: where the play is).
 
     ``image_folder.yaml`` needs its folder instead, where the config says (``data/my_images``): two
     class folders of one PNG each are written into the working folder, enough to build the model.

@@ -6,6 +6,7 @@ import os
 import signal
 import signal as signal_module
 import time
+from pathlib import Path
 
 from lightning.pytorch import Callback, LightningModule, Trainer
 
@@ -32,6 +33,30 @@ class KillAtStep(Callback):
             if self.group:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class StallSaveAtStep(Callback):
+    """Holds its process inside the first checkpoint write at optimizer step ``step``, for a test to
+    kill it there: that checkpoint carries a value whose pickling, which ``torch.save`` does with the
+    file already open, creates ``path`` and then waits."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step = step
+        self.path = path
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        if trainer.global_step == self.step:
+            checkpoint["stall"] = Stall(self.path)
+
+
+class Stall:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        Path(self.path).touch()
+        time.sleep(300)
+        raise RuntimeError("the test never killed the stalled save")
 
 
 class SignalAtStep(Callback):

@@ -1,15 +1,17 @@
-"""The benchmarks run end to end with tiny step counts and print their ratio on the last line, so they
-do not rot; what they measure is not asserted (timings on a shared machine mean little)."""
+"""The benchmarks run end to end with tiny step counts, so they do not rot, and report honestly: both
+sides did the same work and the printed figures add up. The figures themselves are not asserted
+(timings on a shared machine mean little)."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import statistics
 
 import pytest
 import torch
 
-from conftest import ROOT, TINY_SHAKESPEARE
+from conftest import CORPUS, ROOT
 
 
 @pytest.fixture
@@ -40,7 +42,7 @@ def test_overhead_benchmark(experiment, steps, benchmark, capsys):
         "--rounds=1",
         "--threads=1",
         "--clock=cpu",
-        f"--corpus={TINY_SHAKESPEARE}",
+        f"--corpus={CORPUS}",
     ]
     benchmark("overhead").main_benchmark(args)
     assert last_ratio(capsys) > 0
@@ -55,7 +57,7 @@ def test_dataloading_benchmark(experiment, benchmark, capsys):
         "--seconds=0.01",
         "--rounds=1",
         "--warmup=1",
-        f"--corpus={TINY_SHAKESPEARE}",
+        f"--corpus={CORPUS}",
     ]
     benchmark("dataloading").main_benchmark(args)
     output = capsys.readouterr().out
@@ -76,27 +78,46 @@ def test_memory_benchmark(benchmark, capsys, workdir):
 
 @pytest.mark.slow
 def test_end_to_end_benchmark(benchmark, capsys, workdir):
-    # Two steps of each side on a short text, one round: the script runs both commands to their final
-    # test metric and prints its breakdown; the figures themselves are not asserted.
+    # Two steps of the GPT on a short text, each side once, no start-up measure: both commands run to
+    # their final test metric, and what is printed adds up; the figures themselves are not asserted.
     text = workdir / "verse.txt"
     text.write_text("Shall I compare thee to a summer's day?\n" * 100, encoding="utf-8")
-    args = ["--steps=2", "--rounds=1", "--startup-rounds=1", "--threads=1", "--clock=cpu"]
-    benchmark("end_to_end").main([*args, f"--corpus={text}"])
-    output = capsys.readouterr().out
-    for line in ("python -m proj --help", "--print_config", "where the time went", "checkpointing"):
-        assert line in output
-    assert "digits ratio" in output and "shakespeare_char_cpu ratio" in output
-    last = output.strip().splitlines()[-1]
-    assert last.startswith("ratio ") and float(last.split()[1]) > 0, last
+    args = ["--experiment=shakespeare_char_cpu", "--steps=2", "--rounds=1", "--startup-rounds=0"]
+    ratios = benchmark("end_to_end").main([*args, "--threads=1", "--clock=cpu", f"--corpus={text}"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "2 steps asked, 2 trained by each side in each round, 1 rounds alternating" in lines[1]
+    totals = {}
+    for line in lines[2:4]:
+        side, total, rounds = re.fullmatch(
+            r"  (plain script|proj fit) +([\d.]+) \(rounds: ([\d.]+)\)", line
+        ).groups()
+        totals[side] = float(total)
+        assert float(rounds) == pytest.approx(totals[side], abs=0.05), "one round: its time is the median"
+    # Each moment in one phase: the phases of a side add up to its total (to the printed rounding).
+    phases = [line.split() for line in lines[5:13]]
+    assert [" ".join(words[:-3]) for words in phases] == list(benchmark("end_to_end").PHASES)
+    for column, side in ((-3, "plain script"), (-2, "proj fit")):
+        assert sum(float(words[column]) for words in phases) == pytest.approx(totals[side], abs=0.05)
+    ratio = ratios["shakespeare_char_cpu"]
+    assert ratio == pytest.approx(totals["plain script"] / totals["proj fit"], rel=0.01)
+    assert lines[-2] == f"  shakespeare_char_cpu ratio {ratio:.3f} (plain / proj)"
+    assert lines[-1] == f"ratio {ratio:.3f} (shakespeare_char_cpu)"
 
 
 @pytest.mark.slow
 def test_sweep_workers_benchmark(benchmark, capsys, workdir):
-    # Two trials of one epoch at once, each way, once: both settings run their trials to the end.
-    ratio = benchmark("sweep_workers").main(["--epochs=1", "--rounds=1"])
-    output = capsys.readouterr().out
-    assert "2 trials at once" in output and "round 1: own" in output
-    assert output.strip().splitlines()[-1] == f"ratio {ratio:.2f} (own / split)" and ratio > 0
+    # One trial of one epoch each way, once: both settings train the same steps, and the ratio is
+    # of the medians of the rounds printed.
+    times = benchmark("sweep_workers").main(["--workers=1", "--epochs=1", "--rounds=1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("1 trials at once on ")
+    assert lines[1] == f"round 1 (own first): own {times['own'][0]:.1f} s, split {times['split'][0]:.1f} s"
+    assert lines[2] == "each trial trained 21 steps"  # an epoch of the digits: 1,294 images in batches of 64
+    own, split = statistics.median(times["own"]), statistics.median(times["split"])
+    assert lines[3:] == [
+        f"median: own {own:.1f} s, split {split:.1f} s",
+        f"ratio {own / split:.2f} (own / split)",
+    ]
 
 
 @pytest.mark.slow

@@ -96,7 +96,8 @@ def proj_commands() -> list[tuple[str, dict[str, str], list[str]]]:
                 if words[:3] in (["python", "-m", "proj"], ["python3", "-m", "proj"]):
                     if (env, words[3:]) not in [(e, a) for _, e, a in commands]:  # each once
                         commands.append((where, env, words[3:]))
-                elif "proj" in words:  # proj started some other way, which no check here covers
+                elif "proj" in words:
+                    # proj started some other way, which no check here covers
                     raise AssertionError(f"{where}: not a `python -m proj …` line")
     return commands
 

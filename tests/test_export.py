@@ -121,7 +121,8 @@ def variant(ckpt: Path, path: Path, net: dict | None = None, state: dict | None 
 def test_help_lists_export(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
-    assert re.search(r"^\s+export\s+Export a checkpoint for deployment", capsys.readouterr().out, re.M)
+    said = capsys.readouterr().out
+    assert re.search(r"^\s+export\s+Export a checkpoint: ONNX, torch.export, model.json", said, re.M)
 
 
 @pytest.mark.slow

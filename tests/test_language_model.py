@@ -12,7 +12,7 @@ from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch.nn import functional as F
 
-from conftest import TINY_SHAKESPEARE, config
+from conftest import CORPUS, config
 from proj.cli import main
 from proj.data import TextDataModule
 from proj.models import LanguageModel
@@ -38,14 +38,14 @@ def write_verse(folder: Path, repeats: int = 40) -> Path:
     return path
 
 
-def test_initial_loss_is_log_vocab_size_on_tiny_shakespeare():
-    data = TextDataModule(str(TINY_SHAKESPEARE), url=None, block_size=64, batch_size=32)
+def test_initial_loss_is_log_vocab_size():
+    data = TextDataModule(str(CORPUS), url=None, block_size=64, batch_size=32)
     data.setup("fit")
     x, y = next(iter(data.val_dataloader()))
     torch.manual_seed(0)
     net = GPT(data.vocab_size, block_size=64, n_layer=4, n_head=4, n_embd=128)
     loss = F.cross_entropy(net(x).flatten(0, 1), y.flatten())
-    assert loss.item() == pytest.approx(math.log(65), abs=0.1)
+    assert loss.item() == pytest.approx(math.log(data.vocab_size), abs=0.1)
 
 
 def test_gpt_shares_embedding_and_output_weights_and_scales_residual_projections():

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import CONFIGS, ROOT, TINY_SHAKESPEARE
+from conftest import CONFIGS, CORPUS, ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -80,9 +80,7 @@ TINY_GPT = [
 def test_language_model_notebook_trains_generates_and_plots(tmp_path, monkeypatch):
     monkeypatch.delenv("MPLBACKEND", raising=False)
     shutil.copytree(CONFIGS, tmp_path / "configs")
-    parameters = (
-        f"STEPS = 30\nCORPUS = {str(TINY_SHAKESPEARE)!r}\nFLAGS = {TINY_GPT!r}\nROOT = {str(tmp_path)!r}"
-    )
+    parameters = f"STEPS = 30\nCORPUS = {str(CORPUS)!r}\nFLAGS = {TINY_GPT!r}\nROOT = {str(tmp_path)!r}"
     notebook = execute(ROOT / "notebooks" / "language_model.ipynb", parameters, tmp_path)
 
     run = tmp_path / "runs" / "shakespeare_char_cpu" / "version_0"
@@ -91,7 +89,7 @@ def test_language_model_notebook_trains_generates_and_plots(tmp_path, monkeypatc
     assert sum("image/png" in output.get("data", {}) for output in outputs) == 1
     sample = (run / "sample.txt").read_text(encoding="utf-8")
     assert sample.startswith("ROMEO:") and len(sample) > len("ROMEO:")
-    assert set(sample) <= set(TINY_SHAKESPEARE.read_text(encoding="utf-8"))
+    assert set(sample) <= set(CORPUS.read_text(encoding="utf-8"))
     assert sample in "".join(output.get("text", "") for output in outputs)
     with open(run / "metrics.csv") as f:
         rows = list(csv.DictReader(f))

@@ -70,7 +70,7 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
     net = yaml.safe_load(files[experiment])["model"]["init_args"]["net"]["class_path"].rsplit(".", 1)[1]
     summary = re.search(r"\| net\s+\| (\w+)", trained.stderr)  # Lightning's model summary, logged
     assert summary and summary.group(1) == net, trained.stderr[-3000:]
-    assert "test/acc" in trained.stdout
+    assert "Test metrics: test/acc" in trained.stderr
     run_dir = f"runs/{name.removesuffix('.yaml')}/version_0"
     assert f"Run directory: {run_dir}" in trained.stderr
     predicted = run("-m", "proj", "predict", "--config", experiment, "--ckpt_path", "last")

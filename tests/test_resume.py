@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -125,29 +126,41 @@ def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):
     assert "Drop --ckpt_path to train from scratch" in err
 
 
-KILL_DURING_SAVE = """
-import os, signal, sys, threading, time
-from pathlib import Path
-import torch
-from proj.reliability import AtomicCheckpointIO
-
-target = Path(sys.argv[1])
-big = {"state_dict": {"w": torch.randn(64, 1024, 1024)}}  # 256 MiB: the save takes a while
-threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
-AtomicCheckpointIO().save_checkpoint(big, target)
-"""
-
-
 @pytest.mark.slow
-def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path):
-    from proj.reliability import AtomicCheckpointIO
+def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    """SIGKILL while last.ckpt is rewritten at step 4, inside ``torch.save`` with the temporary file
+    open (the run waits there to be killed): last.ckpt stays step 2's, and ``--ckpt_path last``
+    resumes from it."""
+    stalled = tmp_path / "stalled"
+    overlay = tmp_path / "stall.yaml"
+    overlay.write_text(
+        "trainer:\n  callbacks+:\n    - class_path: faults.StallSaveAtStep\n"
+        f"      init_args: {{step: 4, path: {stalled}}}\n"
+    )
+    args = ["fit", "--config", config("digits.yaml"), "--last_checkpoint.init_args.every_n_train_steps=2",
+            "--trainer.max_steps=5", "--trainer.num_sanity_val_steps=0", "--test_after_fit=false",
+            "--trainer.enable_progress_bar=false"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    command = [sys.executable, "-m", "proj", *args, "--config", str(overlay)]
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        while not stalled.exists():
+            assert run.poll() is None, run.stderr.read()[-3000:]
+            time.sleep(0.05)
+        checkpoints = tmp_path / "runs" / "digits" / "version_0" / "checkpoints"
+        assert (checkpoints / f".last.ckpt.{run.pid}.tmp").exists(), "the kill lands inside the save"
+        previous = (checkpoints / "last.ckpt").read_bytes()
+    finally:
+        run.kill()
+    run.communicate(timeout=60)
+    assert run.returncode == -signal.SIGKILL
 
-    target = tmp_path / "last.ckpt"
-    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(3)}}, target)
-    result = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(target)], timeout=120)
-    assert result.returncode == -signal.SIGKILL
-    previous = torch.load(target, weights_only=True)
-    assert torch.equal(previous["state_dict"]["w"], torch.ones(3))
+    last = checkpoints / "last.ckpt"
+    assert last.read_bytes() == previous and torch.load(last, weights_only=True)["global_step"] == 2
+    monkeypatch.chdir(tmp_path)
+    cli = main([*args, "--ckpt_path=last"])
+    assert Path(cli.trainer.ckpt_path).resolve() == last.resolve() and cli.trainer.global_step == 5
+    assert not list(checkpoints.glob(".*.tmp")), "the killed save's temporary file is cleared"
 
 
 def test_cli_writes_checkpoints_atomically(workdir):

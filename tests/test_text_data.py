@@ -9,7 +9,7 @@ import pytest
 import torch
 from lightning.pytorch import seed_everything
 
-from conftest import TINY_SHAKESPEARE, config
+from conftest import CORPUS, TINY_SHAKESPEARE, config, needs_tiny_shakespeare
 from proj.cli import main
 from proj.data import CharTokenizer, TextDataModule
 from proj.errors import ConfigError
@@ -96,6 +96,7 @@ def test_predict_yields_the_prompts_in_batches(tmp_path):
     assert list(dm.predict_dataloader()) == [["Sh", "Th"], ["a"]]
 
 
+@needs_tiny_shakespeare
 def test_tiny_shakespeare_splits():
     dm = TextDataModule(str(TINY_SHAKESPEARE), url=None, block_size=256)
     dm.setup("fit")
@@ -106,11 +107,11 @@ def test_tiny_shakespeare_splits():
 
 
 def test_block_size_is_stated_once_on_the_network(workdir):
-    args = ["--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={TINY_SHAKESPEARE}"]
+    args = ["--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={CORPUS}"]
     cli = main([*args, "--model.init_args.net.init_args.block_size=32"], run=False)
     assert cli.datamodule.block_size == cli.model.net.block_size == 32
     assert cli.model.vocab == cli.datamodule.vocab
-    assert cli.model.net.transformer.wte.num_embeddings == 65
+    assert cli.model.net.transformer.wte.num_embeddings == len(set(CORPUS.read_text()))
 
 
 def test_download_goes_through_a_temporary_file_and_checks_sha256(tmp_path):

@@ -723,8 +723,9 @@ def write_plots(study: optuna.Study, folder: Path) -> list[str]:
 
 
 DESCRIPTION = (
-    "Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's values as flags. Start "
-    "the same command again, here or on other machines (with --storage), to add workers or to resume."
+    "Run an Optuna sweep: each trial is a `python -m proj fit` with the trial's values as flags. "
+    "Start the same command again, here or on other machines (with --storage), to add workers or "
+    "to resume."
 )
 
 
@@ -744,7 +745,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> optuna.Study:
     """``python -m proj sweep --config SWEEP.yaml [--storage URL] [--n_trials N]``."""
-    parser = add_arguments(argparse.ArgumentParser(prog="python -m proj sweep", description=DESCRIPTION))
+    parser = argparse.ArgumentParser(prog="python -m proj sweep", description=DESCRIPTION)
+    parser = add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         sweep = load_sweep(args.config)
