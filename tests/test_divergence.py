@@ -45,6 +45,7 @@ def test_divergence_stops_at_the_step_and_keeps_finite_checkpoints(precision, ta
         assert weights and all(torch.isfinite(v).all() for v in weights)
 
 
+@pytest.mark.slow
 def test_a_diverged_run_says_why_in_one_line_and_keeps_its_checkpoints(workdir, monkeypatch, capsys):
     """As a user sees it (no ``PROJ_DEBUG``): the reason and the way back, exit status 1, no traceback;
     the run directory stays, with the checkpoints from before the divergence to resume from."""

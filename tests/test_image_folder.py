@@ -60,6 +60,7 @@ def test_facts_splits_and_normalised_batches_come_from_the_folder(digits):
     assert torch.allclose(dm.to_pixels(x[:1])[0], unnormalised, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_folder_is_split_by_a_seeded_fraction(tmp_path):
     write_digit_folder(tmp_path / "all", split_folders=False)
 
@@ -156,6 +157,7 @@ def test_folder_mistakes_name_the_field_and_the_fix(tmp_path):
         ImageFolderDataModule(channels=1)
 
 
+@pytest.mark.slow
 def test_a_symlink_loop_counts_each_real_file_once(tmp_path, workdir):
     # root/<class>/ split by fractions, with a link back up (`c0/up -> ..`) and a second name for a
     # file: followed, the loop multiplied 20 images into hundreds, the same ones in train and test.
@@ -174,6 +176,7 @@ def test_a_symlink_loop_counts_each_real_file_once(tmp_path, workdir):
     assert len(set().union(*splits.values())) == 20, "no image in two splits, nor twice in one"
 
 
+@pytest.mark.slow
 def test_a_broken_jpeg_is_told_to_be_copied_again_not_converted(tmp_path, workdir, monkeypatch, capsys):
     root = tmp_path / "photos"
     for label in (0, 1):

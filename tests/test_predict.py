@@ -80,6 +80,7 @@ def model_on_test_split(cli) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return preds, probs, labels
 
 
+@pytest.mark.slow
 def test_digits_csv_has_the_models_class_for_each_test_sample(tiny_checkpoint, workdir, capsys):
     cli = predict_digits(tiny_checkpoint)
     path = written(cli)
@@ -156,6 +157,7 @@ def write_digit_files(folder: Path, images: torch.Tensor) -> list[str]:
     return sorted(names)
 
 
+@pytest.mark.slow
 def test_predict_on_a_folder_of_image_files(tiny_checkpoint, workdir):
     on_split = predict_digits(tiny_checkpoint)
     split_rows = read_csv(written(on_split))

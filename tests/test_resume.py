@@ -163,6 +163,7 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     assert not list(checkpoints.glob(".*.tmp")), "the killed save's temporary file is cleared"
 
 
+@pytest.mark.slow
 def test_cli_writes_checkpoints_atomically(workdir):
     from proj.reliability import AtomicCheckpointIO
 
@@ -170,6 +171,7 @@ def test_cli_writes_checkpoints_atomically(workdir):
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
 
 
+@pytest.mark.slow
 def test_each_safeguard_is_switched_off_by_its_key(workdir):
     from lightning.pytorch.plugins.io import TorchCheckpointIO
 

@@ -69,6 +69,7 @@ def run_copy(finished: Path, workdir: Path) -> Path:
     return workdir / RUN
 
 
+@pytest.mark.slow
 def test_last_checkpoint_is_the_final_state_when_val_loss_worsened(finished):
     run = finished / RUN
     best = [p for p in (run / "checkpoints").glob("epoch*.ckpt")]
@@ -77,11 +78,8 @@ def test_last_checkpoint_is_the_final_state_when_val_loss_worsened(finished):
     assert global_step(run / "checkpoints" / "last.ckpt") == 42
 
 
-# One evaluating command in the edit loop, every one in `make test`: they share resolve_checkpoint.
-SLOW = pytest.mark.slow
-
-
-@pytest.mark.parametrize("subcommand", ["test", pytest.param("validate", marks=SLOW)])
+@pytest.mark.slow
+@pytest.mark.parametrize("subcommand", ["test", "validate"])
 def test_evaluating_commands_take_last_and_best_and_write_into_the_run(subcommand, run_copy, caplog):
     before = rows(run_copy)
     # What fit logged for each checkpoint: val/loss at each epoch's end; test/loss of the best.
@@ -105,9 +103,8 @@ def test_evaluating_commands_take_last_and_best_and_write_into_the_run(subcomman
     assert "Run directory: runs/digits/version_0" in caplog.text
 
 
-@pytest.mark.parametrize(
-    "subcommand", ["test", *(pytest.param(c, marks=SLOW) for c in ("validate", "predict"))]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("subcommand", ["test", "validate", "predict"])
 def test_evaluating_without_a_checkpoint_is_refused_unless_asked(subcommand, workdir, capsys):
     err = error_of([subcommand, "--config", config("digits.yaml")], capsys)
     assert "untrained weights" in err and "--ckpt_path last" in err and "--allow_untrained=true" in err
@@ -126,7 +123,8 @@ def test_last_with_nothing_to_evaluate_says_to_fit_first(workdir, capsys):
     assert "no readable checkpoint under runs/digits" in err and "Run `fit` first" in err
 
 
-@pytest.mark.parametrize("how", ["last", pytest.param("auto", marks=SLOW)])
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["last", "auto"])
 def test_resuming_a_finished_run_keeps_its_metrics_and_does_not_test_again(how, run_copy, caplog):
     before = (run_copy / "metrics.csv").read_bytes()
     assert len(rows(run_copy)) == 17 and rows(run_copy)[-1]["test/acc"], "precondition: tested"
@@ -243,6 +241,7 @@ def test_a_held_run_refuses_a_second_process_and_loses_nothing(run_copy, capsys)
     main(["test", "--config", config("digits.yaml"), "--ckpt_path=last"])  # free once it ends
 
 
+@pytest.mark.slow
 def test_stale_temporary_checkpoint_is_removed(run_copy):
     stale = run_copy / "checkpoints" / ".last.ckpt.99999.tmp"
     stale.write_bytes(b"half a checkpoint")
@@ -324,6 +323,7 @@ def test_early_stopping_says_why_and_where_it_stopped(workdir, caplog):
     assert "Stopped in epoch 2 of 30 (step 4); --early_stopping.patience sets" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_resume_names_the_settings_its_checkpoint_overrides(run_copy):
     new_lr = "--model.init_args.optimizer.init_args.lr=0.0001"
     saved = torch.load(run_copy / "checkpoints" / "last.ckpt", weights_only=True)["optimizer_states"][0]

@@ -34,6 +34,7 @@ def pretrained(monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
     return state
 
 
+@pytest.mark.slow
 def test_pretrained_weights_load_with_a_new_head_and_their_normalisation(pretrained):
     net = TorchvisionNet("resnet18", num_classes=10, input_shape=(3, 32, 32), weights="DEFAULT")
     assert net.head_name == "fc" and net.head.out_features == 10
