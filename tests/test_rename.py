@@ -129,4 +129,4 @@ def test_renamed_copy_keeps_no_old_name_lints_tests_and_trains(tmp_path):
     assert "2 passed" in tests.stdout
     fit = run("-m", NEW, "fit", "--config", "configs/digits.yaml", "--trainer.fast_dev_run=true")
     assert fit.returncode == 0, fit.stderr[-3000:]
-    assert "test/acc" in fit.stdout
+    assert "Test metrics: test/acc" in fit.stderr
