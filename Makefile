@@ -4,12 +4,11 @@ SHELL := bash
 UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
 RUN := $(UV) run --frozen --no-sync
 CONFIG ?= configs/digits.yaml
-# Test files run in parallel, each file's tests in one worker so they share its module fixtures; in
-# file order, except for `make test-shuffled`. One worker more than the cores (at most 5): many tests
-# wait on the processes they start, and the extra worker keeps the cores busy meanwhile. The 20
-# slowest are listed at the end, against the 10-minute budget of `make test`.
-WORKERS ?= $(shell python3 -c "import os; print(min(5, len(os.sched_getaffinity(0)) + 1))")
-PYTEST_ANY_ORDER := $(RUN) pytest -n $(WORKERS) --dist loadfile --durations=20
+# Test files run in parallel, one worker per core (at most 4; a third worker on 2 cores made the
+# suite slower), each file's tests in one worker so they share its module fixtures; in file order,
+# except for `make test-shuffled`. The 20 slowest are listed at the end, against the 10-minute
+# budget of `make test`.
+PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile --durations=20
 PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
 .PHONY: help install train test test-fast test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename clean
