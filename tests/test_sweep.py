@@ -153,17 +153,17 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     from optuna.trial import TrialState
 
     sweep = write_sweep(
-        workdir / "four.yaml",
+        workdir / "two.yaml",
         flags=[*QUICK, "--trainer.max_epochs=2"],
-        n_trials=4,
+        n_trials=2,
         # Deterministic whichever worker runs what: a trial still above 1.5 at a validation is pruned,
         # which a learning rate of 1e-7 always is (the loss stays at ln 10 = 2.30) and 1e-2 never.
         pruner={"class_path": "ThresholdPruner", "init_args": {"upper": 1.5}},
     )
-    # Each worker's first trial is one of these: at least one pruned, at least one complete.
-    (workdir / "runs" / "sweeps" / "four").mkdir(parents=True)
+    # Each worker's trial is one of these: one pruned, one complete.
+    (workdir / "runs" / "sweeps" / "two").mkdir(parents=True)
     study = optuna.create_study(
-        study_name="four", storage=f"sqlite:///{workdir / 'runs/sweeps/four/study.db'}", direction="minimize"
+        study_name="two", storage=f"sqlite:///{workdir / 'runs/sweeps/two/study.db'}", direction="minimize"
     )
     study.enqueue_trial({LR: 1.0e-7})
     study.enqueue_trial({LR: 1.0e-2})
@@ -172,10 +172,9 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     workers = [start_worker(sweep, workdir, f"worker{i}.log") for i in range(2)]
     outputs = [finish(worker, workdir, f"worker{i}.log") for i, worker in enumerate(workers)]
 
-    study = load("four", workdir)
+    study = load("two", workdir)
     states = [t.state for t in study.trials]
-    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == 4, states
-    assert TrialState.PRUNED in states and TrialState.RUNNING not in states
+    assert sorted(states) == sorted([TrialState.COMPLETE, TrialState.PRUNED]), states
     assert len({t.user_attrs["worker"] for t in study.trials}) == 2  # both workers ran trials
     for trial in study.trials:
         assert (trial.state == TrialState.PRUNED) == (trial.params[LR] == 1.0e-7), trial
@@ -185,16 +184,16 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
 
     best = study.best_trial
     run = Path(best.user_attrs["run_dir"])
-    assert run == Path("runs/sweeps/four") / f"trial_{best.number}" / "version_0" and run.is_dir()
+    assert run == Path("runs/sweeps/two") / f"trial_{best.number}" / "version_0" and run.is_dir()
     assert any(f"Best trial {best.number}: val/loss {best.value:.4f}" in out for out in outputs)
     # The second worker to start found the first: each trial of its got half the cores or one.
     assert any(f"use {max(1, cpu_cores() // 2)} CPU thread(s) each: 2 worker(s)" in out for out in outputs)
     threads = best.user_attrs["threads"]
     repeat_it = f"OMP_NUM_THREADS={threads} python -m proj fit --config {run}/config.yaml"
     assert repeat_it in "".join(outputs)
-    assert not list((workdir / "runs" / "sweeps" / "four" / "workers").iterdir())  # both unregistered
+    assert not list((workdir / "runs" / "sweeps" / "two" / "workers").iterdir())  # both unregistered
     for name in ("trials.csv", "history.png"):
-        assert (workdir / "runs" / "sweeps" / "four" / name).stat().st_size > 0
+        assert (workdir / "runs" / "sweeps" / "two" / name).stat().st_size > 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["model"]["init_args"]["optimizer"]["init_args"]["lr"] == best.params[LR]
     assert "OptunaPruning" not in (run / "config.yaml").read_text()  # it would report again
@@ -209,7 +208,7 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
         torch.set_num_threads(before)
     assert repeat.trainer.logger.log_dir == str(run.parent / "version_1")
     assert float(repeat.trainer.checkpoint_callback.best_model_score) == pytest.approx(best.value, abs=1e-4)
-    assert len(load("four", workdir).trials) == len(study.trials)
+    assert len(load("two", workdir).trials) == len(study.trials)
 
 
 @pytest.mark.slow
@@ -224,6 +223,7 @@ def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
         workdir / "killed.yaml",
         flags=[*QUICK, "--trainer.max_epochs=3", *touch, f"--trainer.callbacks.init_args.path={started}"],
         space={LR: {"type": "float", "low": 1.0e-3, "high": 1.0e-2, "log": True}},
+        n_trials=1,
     )
     worker = start_worker(sweep, workdir, "first.log")
     deadline = time.monotonic() + 300
@@ -239,7 +239,7 @@ def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
     trials = load("killed", workdir).trials
     assert trials[0].state == TrialState.FAIL  # marked failed at once: its worker's process is gone
     assert f"trial 0: its worker (PID {worker.pid}) is gone" in output
-    assert [t.state for t in trials[1:]] == [TrialState.COMPLETE] * 2
+    assert [t.state for t in trials[1:]] == [TrialState.COMPLETE]  # the one trial to finish: the retry
     # The interrupted trial's values are tried again first.
     assert RetryHeartbeatStaleTrialCallback.retried_trial_number(trials[1]) == 0
     assert trials[1].params == interrupted.params
