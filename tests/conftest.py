@@ -160,20 +160,6 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-# The files that take longest, started first: xdist gives a worker one whole file at a time, and one
-# of these begun last would run alone while the other cores idle. Only the order changes.
-LONGEST_FIRST = ["test_resume.py", "test_ddp.py", "test_preemption.py", "test_bad_input.py", "test_runs.py",
-                 "test_sweep.py", "test_training.py", "test_tuning.py", "test_image_folder.py",
-                 "test_readme.py", "test_wandb.py", "test_benchmarks.py", "test_configs.py"]  # fmt: skip
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("randomly"):
-        return  # `make test-shuffled`: the order pytest-randomly drew
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def experiment_args(name: str) -> tuple[str, ...]:
     """Command-line arguments an experiment needs under test (the text ones: where the play is).
 
