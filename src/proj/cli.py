@@ -55,7 +55,6 @@ from proj.rundir.lock import RunLock
 from proj.rundir.metrics import KeptMetrics
 from proj.rundir.naming import logger_kind
 from proj.strict_yaml import install as check_every_yaml
-from proj.sweep import DESCRIPTION, add_arguments
 
 DEFAULT_SEED = 42
 
@@ -180,6 +179,9 @@ class ProjCLI(LightningCLI):
         for choice in subcommands._choices_actions:
             choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
         if len(subcommands.choices) == len(SUBCOMMANDS) - 1:
+            # Here only: the sweep module imports Optuna and SQLAlchemy, which a `fit` never needs.
+            from proj.sweep import DESCRIPTION, add_arguments
+
             sweep = add_arguments(ShortErrorParser(description=DESCRIPTION))
             subcommands.add_subcommand("sweep", sweep, help=SUBCOMMANDS["sweep"])
 
