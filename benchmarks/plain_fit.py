@@ -179,18 +179,18 @@ class Text:
 
 
 class Digits:
-    """scikit-learn's 8×8 digits split as ``DigitsDataModule`` splits them (20 % test, then 10 % of
+    """The package's 8×8 digits split as ``DigitsDataModule`` splits them (20 % test, then 10 % of
     the rest validation, each by its own seeded permutation), shifted by up to a pixel while
     training, scaled and normalised the same way."""
 
     mean, std, scale = 0.3, 0.38, 16.0
 
     def __init__(self, split_seed: int, seed: int, device: torch.device) -> None:
-        from sklearn.datasets import load_digits
+        from proj.data.image import load_digits
 
-        digits = load_digits()
-        images = torch.from_numpy(digits.images.astype("uint8")).unsqueeze(1)
-        labels = torch.from_numpy(digits.target).long()
+        pixels, targets = load_digits()
+        images = torch.from_numpy(pixels).unsqueeze(1)
+        labels = torch.from_numpy(targets)
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(split_seed + 1))
         n_test = round(0.2 * len(labels))
         test, rest = order[:n_test], order[n_test:]

@@ -181,23 +181,23 @@ def write_png(path: Path, pixels: np.ndarray) -> None:
 
 
 def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -> dict[str, int]:
-    """scikit-learn's 1,797 8×8 digits as ``size``×``size`` grey PNG files in class folders ``0``…``9``:
+    """The package's 1,797 8×8 digits as ``size``×``size`` grey PNG files in class folders ``0``…``9``:
     ``root/{train,val,test}/<digit>/`` (70/15/15 %, seeded), or all in ``root/<digit>/``. Returns the
     number of files per split folder."""
     from PIL import Image
-    from sklearn.datasets import load_digits
+    from proj.data.image import load_digits
 
-    digits = load_digits()
-    order = np.random.default_rng(0).permutation(len(digits.target))
+    images, targets = load_digits()
+    order = np.random.default_rng(0).permutation(len(targets))
     cut = [int(0.7 * len(order)), int(0.85 * len(order))]
     parts = dict(zip(("train", "val", "test"), np.split(order, cut), strict=True))
     if not split_folders:
         parts = {"": order}
     for split, indices in parts.items():
         for i in indices:
-            pixels = (digits.images[i] * 255 / 16).round()
+            pixels = (images[i] * 255.0 / 16).round()
             image = Image.fromarray(pixels.astype(np.uint8)).resize((size, size), Image.BILINEAR)
-            path = root / split / str(digits.target[i]) / f"{i:04d}.png"
+            path = root / split / str(targets[i]) / f"{i:04d}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             image.save(path)
     return {split: len(indices) for split, indices in parts.items()}

@@ -1,4 +1,4 @@
-"""ImageFolderDataModule on real PNG files (scikit-learn's digits at 16×16): the folder's facts and
+"""ImageFolderDataModule on real PNG files (the package's digits at 16×16): the folder's facts and
 splits, training to a bar, the same weights with loader workers as without, predicting on files,
 and a kill -9 mid-epoch resumed bit-identical."""
 
