@@ -185,6 +185,7 @@ def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -
     ``root/{train,val,test}/<digit>/`` (70/15/15 %, seeded), or all in ``root/<digit>/``. Returns the
     number of files per split folder."""
     from PIL import Image
+
     from proj.data.image import load_digits
 
     images, targets = load_digits()
