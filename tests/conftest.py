@@ -77,6 +77,16 @@ EXPERIMENT_ARGS = {
 }
 
 
+# The offline experiment of each task: what the edit loop (`make test-fast`) builds of a test that
+# `make test` runs on every experiment.
+ONE_PER_TASK = ("digits.yaml", "shakespeare_char_cpu.yaml")
+
+
+def each_experiment(fast: tuple[str, ...] = ONE_PER_TASK) -> list:
+    """``EXPERIMENTS`` as parameters, those but ``fast`` marked slow."""
+    return [pytest.param(e, marks=[] if e in fast else [pytest.mark.slow]) for e in EXPERIMENTS]
+
+
 # The two tasks, as the fault tests run them: the experiment's config and its run's name under runs/.
 TASKS = {"image": ("digits.yaml", "digits"), "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu")}
 

@@ -14,14 +14,15 @@ import torch
 from conftest import TINY_FIT, config, fit, write_png
 from proj.cli import main
 
+DOWNLOADED = ("mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml")
+
 
 @pytest.mark.parametrize(
     "experiment",
-    # Fashion-MNIST is MNIST's data module with another file set: both in `make test`, one in the edit loop.
+    # The downloadable datasets, read from tiny files of theirs, in `make test`; the edit loop has digits.
     [
         "digits.yaml",
-        "mnist.yaml",
-        *(pytest.param(e, marks=pytest.mark.slow) for e in ("fashion_mnist.yaml", "cifar10.yaml")),
+        *(pytest.param(e, marks=pytest.mark.slow) for e in DOWNLOADED),
     ],
 )
 def test_fast_dev_run(experiment, image_data):

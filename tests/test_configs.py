@@ -12,12 +12,14 @@ import yaml
 from conftest import (
     CONFIGS,
     EXPERIMENTS,
+    ONE_PER_TASK,
     OPTUNA_SWEEPS,
     OVERLAYS,
     ROOT,
     TINY_FIT,
     WANDB_SWEEPS,
     config,
+    each_experiment,
     experiment_args,
 )
 from proj.cli import STANDARD_CALLBACKS, main
@@ -31,7 +33,7 @@ def build(*configs: str, extra: tuple[str, ...] = ()):
     return main([*args, *extra], run=False)
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("experiment", each_experiment())
 def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, workdir):
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
@@ -96,6 +98,7 @@ def test_an_experiment_of_a_few_lines_trains_on_the_defaults(workdir, monkeypatc
     assert set(STANDARD_CALLBACKS) <= set(saved) and saved["trainer"]["logger"]["init_args"]["name"] == "tiny"
 
 
+@pytest.mark.slow
 def test_an_experiment_changes_one_setting_of_a_standard_callback(workdir):
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
@@ -111,6 +114,7 @@ def test_an_experiment_changes_one_setting_of_a_standard_callback(workdir):
     assert EarlyStopping not in kinds and ModelCheckpoint in kinds
 
 
+@pytest.mark.slow
 def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
     from lightning.pytorch.callbacks import ProgressBar
 
@@ -119,15 +123,17 @@ def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
 
 
 def overlay_pairs() -> list:
-    """Each overlay on the offline default in the edit loop; in `make test`, those that shape the
-    training on every experiment too, and a logger (which records what any task logs, the same way)
-    on one experiment of each task. MLflow's import and the creation of its store take ~10 s: it
-    runs in `make test` only."""
-    pairs, one_per_task = [], ("digits.yaml", "shakespeare_char_cpu.yaml")
+    """The trainer overlays and the CSV and TensorBoard loggers on the offline default in the edit
+    loop; in `make test`, every overlay, those that shape the training on every experiment, and a
+    logger (which records what any task logs, the same way) on one experiment of each task. Importing
+    W&B and MLflow (and creating MLflow's store) takes seconds: they run in `make test` only, as do
+    the debug and tuning overlays, which their own tests (test_debug.py, test_tuning.py) train with,
+    and FSDP's, whose wrapping test_fsdp_overlay_shards_each_transformer_block checks."""
+    pairs = []
     for overlay in OVERLAYS:
-        slow = "mlflow" in overlay
+        slow = overlay.startswith(("debug/", "tune/", "logger/mlflow", "logger/wandb", "trainer/fsdp"))
         for experiment in EXPERIMENTS:
-            if overlay.startswith("logger/") and experiment not in one_per_task:
+            if overlay.startswith("logger/") and experiment not in ONE_PER_TASK:
                 continue
             marks = [pytest.mark.slow] if slow or experiment != "digits.yaml" else []
             pairs.append(pytest.param(experiment, overlay, marks=marks, id=f"{experiment}-{overlay}"))
@@ -230,6 +236,7 @@ def sample(spec: dict, rng: random.Random) -> object:
     raise NotImplementedError(f"teach sample() the '{distribution}' distribution")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", WANDB_SWEEPS)
 def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     spec = yaml.safe_load((CONFIGS / sweep).read_text())

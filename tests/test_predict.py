@@ -197,14 +197,16 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
             lambda folder: None,
             r"data\.predict_path: no folder at 'mine'.*point data\.init_args\.predict_path at",
         ),
-        (
+        pytest.param(
             lambda folder: folder.mkdir(),
             r"data\.predict_path: 'mine' holds no files.*Put the images to classify",
+            marks=pytest.mark.slow,
         ),
-        (
+        pytest.param(
             lambda folder: (folder.mkdir(), (folder / "notes.txt").write_text("not a picture")),
             r"data\.predict_path: 1 file\(s\) under 'mine' cannot be read as images: 'notes\.txt' is a text "
             r"file, not an image: move it out of the folder",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["missing", "empty", "unreadable"],

@@ -249,6 +249,7 @@ def test_stale_temporary_checkpoint_is_removed(run_copy):
     assert not stale.exists()
 
 
+@pytest.mark.slow
 def test_debug_overlay_writes_nothing_outside_runs(workdir):
     fit("digits.yaml", "debug/fast_dev_run.yaml")
     assert sorted(p.name for p in workdir.iterdir()) in ([], ["runs"])

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from conftest import EXPERIMENTS, config, experiment_args
+from conftest import config, each_experiment, experiment_args
 from proj.callbacks import TrainingThroughput
 from proj.callbacks.throughput import peak_flops, training_flops
 from proj.cli import main
@@ -103,7 +103,7 @@ def test_text_fit_logs_tokens_per_sec_and_no_mfu_without_a_peak(tmp_path):
     assert not logged(rows, "train/mfu")
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("experiment", each_experiment(fast=("digits.yaml",)))
 def test_every_experiment_logs_throughput(experiment, workdir):
     cli = main(["--config", config(experiment), *experiment_args(experiment)], run=False)
     (monitor,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, TrainingThroughput)]
@@ -144,6 +144,7 @@ def test_an_h200_in_float32_is_measured_against_tf32_unless_matmuls_are_exact(
         torch.set_float32_matmul_precision(previous)
 
 
+@pytest.mark.slow
 def test_peak_flops_are_set_by_a_flag(workdir):
     """The README's way to give MFU the peak of a GPU no table knows."""
     experiment = "shakespeare_char.yaml"
