@@ -45,7 +45,22 @@ def test_overhead_benchmark(experiment, steps, benchmark, capsys):
         f"--corpus={CORPUS}",
     ]
     benchmark("overhead").main_benchmark(args)
-    assert last_ratio(capsys) > 0
+    output = capsys.readouterr().out
+    rates = {
+        name: float(rate) for name, rate in re.findall(r"^  (\S+(?: \S+)?) +steps/s ([\d.]+)", output, re.M)
+    }
+    assert set(rates) == {"plain loop", "proj fit", "bare Trainer"}, output
+    assert all(rate > 0 for rate in rates.values()), output
+    floor, added = map(
+        float, re.search(r"plain loop ([\d.]+); proj fit / bare Trainer ([\d.]+)", output).groups()
+    )
+    ratio = float(re.search(rf"{experiment} ratio ([\d.]+)", output).group(1))
+    # Each figure from the printed rates, to their rounding: the ratio is the product of its two parts.
+    assert floor == pytest.approx(rates["bare Trainer"] / rates["plain loop"], rel=0.01)
+    assert added == pytest.approx(rates["proj fit"] / rates["bare Trainer"], rel=0.01)
+    assert ratio == pytest.approx(rates["proj fit"] / rates["plain loop"], rel=0.01)
+    assert ratio == pytest.approx(floor * added, rel=0.005)
+    assert output.strip().splitlines()[-1] == f"ratio {ratio:.3f} (lowest, {experiment})"
 
 
 @pytest.mark.slow
@@ -62,7 +77,18 @@ def test_dataloading_benchmark(experiment, benchmark, capsys):
     benchmark("dataloading").main_benchmark(args)
     output = capsys.readouterr().out
     assert ("SYNTHETIC" in output) == (experiment == "mnist")  # no MNIST files in the test's folder
-    assert float(output.strip().splitlines()[-1].split()[1]) > 0
+    found = re.search(
+        rf"^{experiment}: data path ([\d,.]+) batches/s, training step ([\d,.e+]+) batches/s, "
+        r"ratio ([\d,.]+)",
+        output,
+        re.M,
+    )
+    assert found, output
+    delivered, used, ratio = (float(figure.replace(",", "")) for figure in found.groups())
+    assert delivered > 0 and used > 0
+    # The ratio is the two printed rates' (to the rounding of three significant digits).
+    assert ratio == pytest.approx(delivered / used, rel=0.01, abs=0.06)
+    assert output.strip().splitlines()[-1] == f"ratio {ratio:.1f} (lowest, {experiment})"
 
 
 @pytest.mark.slow
