@@ -35,9 +35,7 @@ def build(*configs: str, extra: tuple[str, ...] = ()):
 
 @pytest.mark.parametrize("experiment", each_experiment())
 def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, workdir):
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-    from proj.callbacks import LearningRateMonitor
+    from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 
     cli = build(experiment, extra=experiment_args(experiment))
     kinds = {type(cb) for cb in cli.trainer.callbacks}

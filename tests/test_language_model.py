@@ -312,7 +312,7 @@ def test_run_logs_throughput_memory_perplexity_and_samples(verse_run):
     run = folder / "runs" / "shakespeare_char_cpu" / "version_0"
     header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
     expected = {"train/loss", "train/grad_norm", "train/tokens_per_sec", "train/peak_memory_mb"}
-    assert expected | {"val/loss", "val/ppl", "test/loss", "test/ppl", "lr"} <= set(header)
+    assert expected | {"val/loss", "val/ppl", "test/loss", "test/ppl", "lr/decay"} <= set(header)
     samples = (run / "samples.txt").read_text()
     assert [line for line in samples.splitlines() if line.startswith("---")] == [
         f"--- step {step}, sample 0 ---" for step in (100, 200, 300)

@@ -17,7 +17,8 @@ def param_groups(module: nn.Module) -> list[dict]:
     so AdamW's decoupled decay is applied to parameters with two or more dimensions only. The
     decayed group carries no ``weight_decay`` key, so it gets the optimizer's configured value.
     Frozen parameters (``requires_grad=False``) are left out of the optimizer entirely. The names
-    are what ``proj.callbacks.LearningRateMonitor`` logs a group's rate under when the rates differ.
+    are what Lightning's ``LearningRateMonitor`` logs each group's rate under: ``lr/decay``,
+    ``lr/no_decay``.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]

@@ -1,7 +1,6 @@
 """Callbacks Lightning lacks, and the prediction writers built on its ``BasePredictionWriter``.
 (What keeps a run safe from kills, preemption and divergence is in ``proj.reliability``.)"""
 
-from proj.callbacks.lr_monitor import LearningRateMonitor
 from proj.callbacks.prediction_writer import (
     ClassPredictionWriter,
     PredictionFileWriter,
@@ -17,7 +16,6 @@ __all__ = [
     "BatchSizeFinder",
     "ClassPredictionWriter",
     "LearningRateFinder",
-    "LearningRateMonitor",
     "OptunaPruning",
     "PredictionFileWriter",
     "TextPredictionWriter",

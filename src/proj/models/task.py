@@ -179,7 +179,14 @@ class TaskModule(LightningModule):
                 warn_long_warmup(scheduler.warmup_steps, scheduler.total_steps)
         # A plateau schedule steps on the epoch's monitored value; Lightning ignores `monitor` for others.
         interval = "epoch" if isinstance(scheduler, ReduceLROnPlateau) else self.scheduler_interval
-        config = {"scheduler": scheduler, "interval": interval, "monitor": self.scheduler_monitor}
+        # Named so that Lightning's LearningRateMonitor logs lr/decay and lr/no_decay (the groups'
+        # names), not lr-AdamW/decay.
+        config = {
+            "scheduler": scheduler,
+            "interval": interval,
+            "monitor": self.scheduler_monitor,
+            "name": "lr",
+        }
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def on_train_start(self) -> None:
