@@ -48,9 +48,16 @@ def fit_args(workdir: Path, *extra: str, kill_step: int | None = None, task: str
 def run_fit(
     workdir: Path, *extra: str, kill_step: int | None = None, task: str = "image"
 ) -> subprocess.CompletedProcess:
+    args = fit_args(workdir, *extra, kill_step=kill_step, task=task)
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "proj", *fit_args(workdir, *extra, kill_step=kill_step, task=task)]
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "proj", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def final_state(run: Path) -> dict[str, torch.Tensor]:
