@@ -318,3 +318,27 @@ def test_a_metric_the_model_does_not_log_stops_the_sweep_before_its_first_trial_
     assert "trial 0: the CLI refused its command" in output
     assert "metric (of the sweep config)=val/los" in output and "Did you mean val/loss?" in output
     assert not list(workdir.glob("runs/sweeps/*/trial_0/version_*/checkpoints/*.ckpt")), "it trained"
+
+
+def test_the_plots_are_drawn_with_the_installed_packages_from_two_complete_trials(tmp_path):
+    import optuna
+
+    from proj.sweep import write_plots
+
+    study = optuna.create_study(direction="minimize")
+    study.optimize(lambda trial: abs(trial.suggest_float(LR, 1e-4, 1e-2, log=True) - 3e-3), n_trials=1)
+    assert write_plots(study, tmp_path) == ["history.png"]
+    study.optimize(lambda trial: abs(trial.suggest_float(LR, 1e-4, 1e-2, log=True) - 3e-3), n_trials=2)
+    assert write_plots(study, tmp_path) == ["history.png", "importance.png"]
+    for name in ("history.png", "importance.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+@pytest.mark.parametrize(("sampler", "package"), [("QMCSampler", "scipy"), ("CmaEsSampler", "cmaes")])
+def test_a_sampler_that_needs_a_package_not_installed_is_refused_before_any_trial(sampler, package, tmp_path):
+    from proj.sweep import SweepConfigError
+
+    space = {LR: {"type": "float", "low": 1.0e-4, "high": 1.0e-2, "log": True}}
+    sweep = write_sweep(tmp_path / "sweep.yaml", sampler={"class_path": sampler}, space=space)
+    with pytest.raises(SweepConfigError, match=rf"sampler: {sampler} needs the package '{package}'.*uv add"):
+        load_sweep(sweep)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import inspect
 import json
 import math
@@ -147,9 +148,27 @@ def load_sweep(path: str | Path) -> Sweep:
         pruner=spec.get("pruner") or {"class_path": "NopPruner"},
         space={key: distribution(f"space.{key}", entry, fail) for key, entry in fields.space.items()},
     )
-    build_sampler(sweep)  # an unknown class or argument stops here, not in the first trial
+    check_sampler(sweep)  # an unknown class or argument, or a package it lacks: here, not in a trial
     build_pruner(sweep.pruner, str(path))
     return sweep
+
+
+def check_sampler(sweep: Sweep) -> None:
+    """Build the sampler and draw two points of the space in a study held in memory: some of Optuna's
+    samplers import a package of their own only when they first sample from a finished trial
+    (QMCSampler SciPy, CmaEsSampler cmaes), which the project does not install."""
+    sampler = build_sampler(sweep)
+    study = optuna.create_study(sampler=sampler, direction=sweep.direction)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study.tell(study.ask(sweep.space), 0.0)
+            study.ask(sweep.space)
+    except ModuleNotFoundError as error:
+        raise SweepConfigError(
+            f"{sweep.path}: sampler: {type(sampler).__name__} needs the package '{error.name}', which is "
+            f"not installed. Install it (`uv add {error.name}`) or choose another sampler, e.g. TPESampler."
+        ) from None
 
 
 def parse_fields(spec: dict[str, Any], fail) -> Namespace:
@@ -696,18 +715,21 @@ def write_table(trials: Sequence[FrozenTrial], path: Path) -> None:
 
 def write_plots(study: optuna.Study, folder: Path) -> list[str]:
     """Optuna's optimisation history and parameter importances as PNG files (importances need two
-    complete trials)."""
+    complete trials). The importances are PED-ANOVA's, which needs only NumPy: Optuna's default,
+    fANOVA, needs scikit-learn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from optuna.importance import PedAnovaImportanceEvaluator
     from optuna.visualization import matplotlib as plots
 
     written = []
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    importances = functools.partial(plots.plot_param_importances, evaluator=PedAnovaImportanceEvaluator())
     for name, plot, needs in (
         ("history.png", plots.plot_optimization_history, 1),
-        ("importance.png", plots.plot_param_importances, 2),
+        ("importance.png", importances, 2),
     ):
         if len(complete) < needs:
             continue
