@@ -172,6 +172,8 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     workers = [start_worker(sweep, workdir, f"worker{i}.log") for i in range(2)]
     outputs = [finish(worker, workdir, f"worker{i}.log") for i, worker in enumerate(workers)]
 
+    for output in outputs:  # nothing before the worker's own first line (no log of Optuna's)
+        assert output.startswith("Sweep 'two': study in sqlite:///"), output[:500]
     study = load("two", workdir)
     states = [t.state for t in study.trials]
     assert sorted(states) == sorted([TrialState.COMPLETE, TrialState.PRUNED]), states

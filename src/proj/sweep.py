@@ -158,10 +158,12 @@ def check_sampler(sweep: Sweep) -> None:
     samplers import a package of their own only when they first sample from a finished trial
     (QMCSampler SciPy, CmaEsSampler cmaes), which the project does not install."""
     sampler = build_sampler(sweep)
-    study = optuna.create_study(sampler=sampler, direction=sweep.direction)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the probe's study is not the user's
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            study = optuna.create_study(sampler=sampler, direction=sweep.direction)
             study.tell(study.ask(sweep.space), 0.0)
             study.ask(sweep.space)
     except ModuleNotFoundError as error:
@@ -169,6 +171,8 @@ def check_sampler(sweep: Sweep) -> None:
             f"{sweep.path}: sampler: {type(sampler).__name__} needs the package '{error.name}', which is "
             f"not installed. Install it (`uv add {error.name}`) or choose another sampler, e.g. TPESampler."
         ) from None
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 def parse_fields(spec: dict[str, Any], fail) -> Namespace:
