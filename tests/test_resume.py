@@ -130,6 +130,43 @@ def test_killed_run_resumes_bit_identical(task, kill_step, where, uninterrupted,
     assert metric_rows(runs[0]) == metric_rows(reference), "logged steps duplicated or missing"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "step", "where"),
+    # Digits logs every 10 steps and has 21 batches an epoch; the GPT validates every 10 steps.
+    [
+        ("image", 20, "a logging step mid-epoch"),
+        ("image", 21, "the epoch's last batch, before its validation and end"),
+        ("text", 10, "a step followed by a validation with sampling, mid-epoch"),
+    ],
+)
+def test_sigterm_run_resumes_bit_identical(task, step, where, uninterrupted, tmp_path):
+    """A SIGTERM stops the run after the step it lands in (optimizer step ``step``), and after what
+    follows that step; resumed, the run ends with the checkpoints and metrics.csv of the
+    uninterrupted one."""
+    stop = f"\n    - class_path: faults.SignalAtStep\n      init_args: {{step: {step - 1}}}"
+    (tmp_path / "sigterm.yaml").write_text("trainer:\n  callbacks+:" + stop)
+    stopped = run_fit(tmp_path, "--config", str(tmp_path / "sigterm.yaml"), task=task)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    run = f"runs/{TASKS[task][1]}/version_0"
+    resume = f"--config {run}/config.yaml --ckpt_path {run}/checkpoints/last.ckpt"
+    assert f"Received SIGTERM at step {step}: saved {run}/checkpoints/last.ckpt" in stopped.stderr
+    assert f"Resume with: python -m proj fit {resume}" in stopped.stderr
+    assert "UserWarning" not in stopped.stderr, "a plain line, not a warning with a source path"
+    resumed = run_fit(tmp_path, "--ckpt_path=last", task=task)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    run, reference = tmp_path / run, uninterrupted(task)
+    assert metric_rows(run) == metric_rows(reference), f"{where}: logged steps duplicated or missing"
+    # The same files: the resumed run knows the best checkpoint of the validation after the stop.
+    names = sorted(path.name for path in (run / "checkpoints").iterdir())
+    assert names == sorted(path.name for path in (reference / "checkpoints").iterdir())
+    for name in names:
+        expected = torch.load(reference / "checkpoints" / name, weights_only=True)["state_dict"]
+        got = torch.load(run / "checkpoints" / name, weights_only=True)["state_dict"]
+        assert all(torch.equal(expected[key], got[key]) for key in expected), f"{where}: {name} differs"
+
+
 def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", config("digits.yaml"), "--ckpt_path=last"])

@@ -24,7 +24,10 @@ class Preempted(SystemExit):
 
 class Preemption(Callback):
     """On SIGTERM (SLURM preemption, ``kill``, torchrun shutting down) or Ctrl-C, on any or all ranks:
-    finish the current step, save ``last.ckpt`` on every rank's behalf, and exit with 128 + signal.
+    finish the current step (and a validation or epoch end that follows it), save ``last.ckpt`` on
+    every rank's behalf, and exit with 128 + signal. Under gradient accumulation the step is the
+    optimizer's: the accumulated gradients are in no checkpoint. Without a ``LastCheckpoint``
+    (``last_checkpoint: null``), the resumed run skips a validation that followed the step.
 
     Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
     when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
@@ -46,6 +49,7 @@ class Preemption(Callback):
         self.grace_seconds = grace_seconds
         self.requeue = requeue
         self._signal = 0
+        self._exit_code = 0
         self._previous: dict[int, object] = {}
         self._group: torch.distributed.ProcessGroup | None = None
         self._stop_watching: Callable[[], None] = lambda: None
@@ -69,6 +73,7 @@ class Preemption(Callback):
             self._group = torch.distributed.new_group(backend="gloo")
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._leave()
         self._release()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -109,6 +114,8 @@ class Preemption(Callback):
             watchdog.start()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        if trainer.fit_loop._should_accumulate():
+            return  # the gradients accumulated so far are in no checkpoint: stop once they are applied
         signum = self._signal
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             flag = torch.tensor([signum])
@@ -116,6 +123,20 @@ class Preemption(Callback):
             signum = int(flag.item())
         if signum:
             self._stop(trainer, signum)
+
+    # Lightning writes the step's row of metrics after ``on_train_batch_end``, so the process leaves
+    # at the next batch's start (or the next epoch's, or the end of training). A validation or an
+    # epoch's end between the two runs, and the LastCheckpoint saves last.ckpt again after it: a
+    # resume from this hook's checkpoint would skip them.
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._leave()
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._exit_code:
+            raise Preempted(self._exit_code)
 
     def _stop(self, trainer: Trainer, signum: int) -> None:
         checkpoint = trainer.checkpoint_callback
@@ -137,7 +158,7 @@ class Preemption(Callback):
         if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
             requeue_slurm_job(job)
         self._ignore_repeats(trainer)
-        raise Preempted(128 + signum)
+        self._exit_code = 128 + signum
 
     def _ignore_repeats(self, trainer: Trainer) -> None:
         """On its way out with 128 + signal, the process ignores SIGTERM: Slurm signals the job's
