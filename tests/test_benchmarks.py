@@ -118,7 +118,8 @@ def test_end_to_end_benchmark(benchmark, capsys, workdir):
             r"  (plain script|proj fit) +([\d.]+) \(rounds: ([\d.]+)\)", line
         ).groups()
         totals[side] = float(total)
-        assert float(rounds) == pytest.approx(totals[side], abs=0.05), "one round: its time is the median"
+        # The same time, printed to 0.01 and to 0.1.
+        assert float(rounds) == pytest.approx(totals[side], abs=0.055 + 1e-9), "one round: its median"
     # Each moment in one phase: the phases of a side add up to its total (to the printed rounding).
     phases = [line.split() for line in lines[5:13]]
     assert [" ".join(words[:-3]) for words in phases] == list(benchmark("end_to_end").PHASES)
