@@ -72,6 +72,22 @@ class SignalAtStep(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+class SignalBeforeTraining(Callback):
+    """Sends SIGTERM to its own process in ``hook`` (``on_sanity_check_start`` or
+    ``on_train_start``), before the first training step."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "on_sanity_check_start":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "on_train_start":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class TouchAtStep(Callback):
     """Creates ``path`` once training reaches ``step``: tells a test the run is under way."""
 

@@ -106,6 +106,27 @@ def test_signal_saves_and_exits_non_zero(task, signum, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("hook", "extra"),
+    [
+        ("on_sanity_check_start", ()),
+        # The Preemption after the fault, no sanity check: the signal meets Lightning's handler.
+        ("on_train_start", ("--preemption=null", "--trainer.num_sanity_val_steps=0")),
+    ],
+    ids=["in the sanity check", "to Lightning's handler"],
+)
+def test_sigterm_before_the_first_step_saves_it_and_exits_143(hook, extra, tmp_path):
+    """Lightning ends such a run after its first step (or sanity-check batch) with exit code 0 and
+    nothing saved, so a scheduler records success and requeues nothing."""
+    preemption = "    - class_path: proj.reliability.Preemption\n" if extra else ""
+    process = start(tmp_path, *extra, fault=fault("SignalBeforeTraining", hook=hook) + preemption)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert "Received SIGTERM at step 1: saved runs/digits/version_0/checkpoints/last.ckpt" in output
+    assert_saved_and_resumable(tmp_path, 1)
+
+
+@pytest.mark.slow
 def test_sigterm_repeated_while_stopping_still_exits_143(tmp_path):
     """Slurm signals a job's steps and srun forwards the same SIGTERM: the repeats, every 20 ms from
     the first until the process ends, must not turn the saved, resumable stop into a kill (-15)."""

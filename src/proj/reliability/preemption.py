@@ -27,7 +27,8 @@ class Preemption(Callback):
     finish the current step (and a validation or epoch end that follows it), save ``last.ckpt`` on
     every rank's behalf, and exit with 128 + signal. Under gradient accumulation the step is the
     optimizer's: the accumulated gradients are in no checkpoint. Without a ``LastCheckpoint``
-    (``last_checkpoint: null``), the resumed run skips a validation that followed the step.
+    (``last_checkpoint: null``), the resumed run skips a validation that followed the step. A
+    signal from the sanity check on stops the run after its first step the same way.
 
     Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
     when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
@@ -60,17 +61,31 @@ class Preemption(Callback):
         if isinstance(environment, SLURMEnvironment):
             environment.auto_requeue = False
 
+    # The handlers go in once Lightning has registered its own, so that these replace them: at the
+    # sanity check, or at the start of training where there is none.
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        # Installed here, after Lightning registered its handlers, so these replace them.
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
-            if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
-                self._watch_launcher()
+        self._install(trainer)
         distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
         if distributed and torch.distributed.get_backend() != "gloo":
             # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
             # the host wait for the device's queue to drain at every step.
             self._group = torch.distributed.new_group(backend="gloo")
+
+    def _install(self, trainer: Trainer) -> None:
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+        # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
+        # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
+        connector = trainer._signal_connector
+        if connector.received_sigterm:
+            connector.received_sigterm = False
+            self._record(signal.SIGTERM, None)
+        if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
+            self._watch_launcher()
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._leave()
