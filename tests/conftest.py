@@ -138,6 +138,12 @@ def step_checkpoints(every: int) -> str:
 """
 
 
+def fault(class_name: str, **init_args) -> str:
+    """The lines of an overlay's ``trainer.callbacks+:`` list that add ``faults.<class_name>``."""
+    args = "".join(f"\n        {k}: {v}" for k, v in init_args.items())
+    return f"    - class_path: faults.{class_name}\n      init_args:{args}\n"
+
+
 def kill_at(step: int, group: bool = False, rank: int | None = None) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
     rank of the job at once; ``rank``: that rank only)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TASKS, config, small_gpt
+from conftest import TASKS, config, fault, small_gpt
 from proj.cli import main
 
 TESTS = Path(__file__).parent
@@ -33,11 +33,6 @@ def start(workdir: Path, *extra: str, fault: str = "", task: str = "image") -> s
         command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
-
-
-def fault(class_name: str, **init_args) -> str:
-    args = "".join(f"\n        {k}: {v}" for k, v in init_args.items())
-    return f"    - class_path: faults.{class_name}\n      init_args:{args}\n"
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 240) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TASKS, config, kill_at, small_gpt, step_checkpoints
+from conftest import TASKS, config, fault, kill_at, small_gpt, step_checkpoints
 from proj.cli import main
 
 TESTS = Path(__file__).parent
@@ -140,8 +140,7 @@ def test_sigterm_run_resumes_bit_identical(task, step, where, uninterrupted, tmp
     """A SIGTERM stops the run after the step it lands in (optimizer step ``step``), and after what
     follows that step; resumed, the run ends with the checkpoints and metrics.csv of the
     uninterrupted one."""
-    stop = f"\n    - class_path: faults.SignalAtStep\n      init_args: {{step: {step - 1}}}"
-    (tmp_path / "sigterm.yaml").write_text("trainer:\n  callbacks+:" + stop)
+    (tmp_path / "sigterm.yaml").write_text("trainer:\n  callbacks+:\n" + fault("SignalAtStep", step=step - 1))
     stopped = run_fit(tmp_path, "--config", str(tmp_path / "sigterm.yaml"), task=task)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     run = f"runs/{TASKS[task][1]}/version_0"
