@@ -9,13 +9,13 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+import launch
 from bad_inputs import CASES, MARKER, QUICK, Case
 from conftest import ROOT, config
 from proj.cli import main
@@ -139,14 +139,7 @@ def test_readme_faq_quotes_the_message(case: Case):
 
 
 def python_m_proj(args: list[str], workdir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "proj", *args],
-        cwd=workdir,
-        env={**os.environ, "PROJ_DEBUG": ""},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return launch.run(args, workdir, {**os.environ, "PROJ_DEBUG": ""})
 
 
 @pytest.mark.slow

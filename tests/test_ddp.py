@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch
 from conftest import ROOT, config, kill_at, step_checkpoints
 from proj.cli import main
 
@@ -40,13 +41,11 @@ def ddp_fit(
     workdir: Path, *extra: str, overlay: str = PERIODIC, timeout: float = 300
 ) -> subprocess.CompletedProcess:
     (workdir / "overlay.yaml").write_text(overlay)
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), *DDP,
-               "--config", str(workdir / "overlay.yaml"), *QUICK, *extra]  # fmt: skip
+    args = ["fit", "--config", config("digits.yaml"), *DDP, "--config", str(workdir / "overlay.yaml"),
+            *QUICK, *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     # A session of its own: a kill of the process group reaches the ranks and nothing else.
-    return subprocess.run(
-        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout, start_new_session=True
-    )
+    return launch.run(args, workdir, env, timeout, session=True)
 
 
 def last_logged(run: Path, *names: str) -> dict[str, float]:

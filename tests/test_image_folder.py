@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
+import launch
 from conftest import config, fit, kill_at, step_checkpoints, write_digit_folder, write_png
 from proj.cli import main
 from proj.data import ImageFolderDataModule
@@ -119,9 +119,8 @@ def fit_args(workdir: Path, root: Path, *extra: str, kill_step: int | None = Non
 def run_fit(
     workdir: Path, root: Path, *extra: str, kill_step: int | None = None
 ) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "proj", *fit_args(workdir, root, *extra, kill_step=kill_step)]
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    args = fit_args(workdir, root, *extra, kill_step=kill_step)
+    return launch.run(args, workdir, {**os.environ, "PYTHONPATH": str(TESTS)})
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +16,7 @@ import pytest
 import torch
 import yaml
 
+import launch
 from conftest import TINY_FIT, config
 from proj.logger_media import flat_params
 
@@ -28,9 +28,8 @@ def fit(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """A separate process, as a user runs it: MLflow keeps the tracking URI and a store per URI for
     the rest of a process, and the overlay's URI is relative to the working folder."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
-               "--config", config("logger/mlflow.yaml"), *TINY_FIT, *args]  # fmt: skip
-    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    mlflow = ["--config", config("logger/mlflow.yaml")]
+    result = launch.run(["fit", "--config", config("digits.yaml"), *mlflow, *TINY_FIT, *args], folder, env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 

@@ -9,8 +9,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
+import launch
 from conftest import TINY_FIT, config, fit, small_gpt
 from proj.callbacks import PredictionFileWriter
 from proj.callbacks.prediction_writer import write_new_file
@@ -130,10 +129,9 @@ def test_a_predict_killed_while_writing_leaves_no_partial_file(tiny_checkpoint, 
     before = first.read_bytes()
     overlay = workdir / "killed.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n    - class_path: faults.KillWhileWriting\n")
-    command = [sys.executable, "-m", "proj", "predict", "--config", config("digits.yaml"), "--config",
-               str(overlay), f"--ckpt_path={tiny_checkpoint}", same_run, *QUIET]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    args = ["predict", "--config", config("digits.yaml"), "--config", str(overlay),
+            f"--ckpt_path={tiny_checkpoint}", same_run, *QUIET]  # fmt: skip
+    killed = launch.run(args, workdir, {**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(p.name for p in first.parent.glob("predictions*")) == ["predictions.csv"]
     assert first.read_bytes() == before
@@ -258,10 +256,9 @@ def test_language_model_prints_and_writes_each_continuation(workdir, capsys):
 @pytest.mark.slow
 def test_ddp_writes_the_single_process_file(tiny_checkpoint, workdir):
     single = read_csv(written(predict_digits(tiny_checkpoint)))
-    command = [sys.executable, "-m", "proj", "predict", "--config", config("digits.yaml"),
-               "--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2",
-               f"--ckpt_path={tiny_checkpoint}", *QUIET]  # fmt: skip
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300)
+    ddp = ["--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2"]
+    args = ["predict", "--config", config("digits.yaml"), *ddp, f"--ckpt_path={tiny_checkpoint}", *QUIET]
+    result = launch.run(args, workdir)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_csv(workdir / printed_path(result.stdout))  # printed once, by rank 0
     assert [row["index"] for row in rows] == [row["index"] for row in single]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch
 from conftest import TASKS, config, fault, small_gpt
 from proj.cli import main
 
@@ -22,28 +23,24 @@ DDP = ("--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--t
 ARGS = {"image": (), "text": small_gpt("--trainer.val_check_interval=100", "--trainer.limit_val_batches=2")}
 
 
-def start(workdir: Path, *extra: str, fault: str = "", task: str = "image") -> subprocess.Popen:
+def start(workdir: Path, *extra: str, fault: str = "", task: str = "image") -> launch.Process:
     experiment, _ = TASKS[task]
     overlay = workdir / "overlay.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n" + fault)
-    command = [sys.executable, "-m", "proj", "fit", "--config", config(experiment),
-               "--config", str(overlay), *LONG, *ARGS[task], *extra]  # fmt: skip
+    args = ["fit", "--config", config(experiment), "--config", str(overlay), *LONG, *ARGS[task], *extra]
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.Popen(
-        command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    return launch.start(args, workdir, env, merge=True, session=True)
 
 
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 240) -> None:
+def wait_for(path: Path, process: launch.Process | subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
-        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert process.poll() is None, finish(process)[1][-3000:]
         assert time.monotonic() < deadline, "training never started"
         time.sleep(0.2)
 
 
-def finish(process: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+def finish(process: launch.Process | subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -193,8 +190,7 @@ def test_sigterm_mid_accumulation_stops_after_the_optimizer_step(workdir):
     overlay = workdir / "overlay.yaml"
     overlay.write_text("trainer:\n  callbacks+:\n" + fault("SignalAtStep", step=2))
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "proj", *args, "--config", str(overlay)]
-    stopped = subprocess.run(command, env=env, capture_output=True, text=True)
+    stopped = launch.run([*args, "--config", str(overlay)], workdir, env)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     assert "Received SIGTERM at step 3" in stopped.stdout + stopped.stderr
     last = workdir / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"

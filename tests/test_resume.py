@@ -7,13 +7,13 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import launch
 from conftest import TASKS, config, fault, kill_at, small_gpt, step_checkpoints
 from proj.cli import main
 
@@ -49,15 +49,7 @@ def run_fit(
     workdir: Path, *extra: str, kill_step: int | None = None, task: str = "image"
 ) -> subprocess.CompletedProcess:
     args = fit_args(workdir, *extra, kill_step=kill_step, task=task)
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    return subprocess.run(
-        [sys.executable, "-m", "proj", *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return launch.run(args, workdir, {**os.environ, "PYTHONPATH": str(TESTS)})
 
 
 def final_state(run: Path) -> dict[str, torch.Tensor]:
@@ -183,18 +175,17 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
             "--trainer.max_steps=5", "--trainer.num_sanity_val_steps=0", "--test_after_fit=false",
             "--trainer.enable_progress_bar=false"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "proj", *args, "--config", str(overlay)]
-    run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    run = launch.start([*args, "--config", str(overlay)], tmp_path, env)
     try:
         while not stalled.exists():
-            assert run.poll() is None, run.stderr.read()[-3000:]
+            assert run.poll() is None, run.output()[1][-3000:]
             time.sleep(0.05)
         checkpoints = tmp_path / "runs" / "digits" / "version_0" / "checkpoints"
         assert (checkpoints / f".last.ckpt.{run.pid}.tmp").exists(), "the kill lands inside the save"
         previous = (checkpoints / "last.ckpt").read_bytes()
     finally:
-        run.kill()
-    run.communicate(timeout=60)
+        os.kill(run.pid, signal.SIGKILL)
+    run.wait(timeout=60)
     assert run.returncode == -signal.SIGKILL
 
     last = checkpoints / "last.ckpt"
@@ -248,16 +239,15 @@ def test_tensorboard_shows_each_step_once_after_a_kill_and_resume(tmp_path):
     killed.write_text("trainer:\n  callbacks+:" + kill_at(10))
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     configs = ("digits.yaml", "logger/tensorboard.yaml", str(overlay))
-    command = [sys.executable, "-m", "proj", "fit", *(f"--config={config(c)}" for c in configs)]
-    command.append("--test_after_fit=false")
-    first = subprocess.run([*command, "--config", str(killed)], cwd=tmp_path, env=env, capture_output=True)
+    command = ["fit", *(f"--config={config(c)}" for c in configs), "--test_after_fit=false"]
+    first = launch.run([*command, "--config", str(killed)], tmp_path, env)
     assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
     run = tmp_path / "runs" / "digits" / "version_0"
     (written,) = run.glob("events.out.tfevents.*")
     assert max(scalar_steps(written)["train/loss"]) >= 8, "precondition: events after the step-8 checkpoint"
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
-        main([*command[3:], "--ckpt_path=last"])
+        main([*command, "--ckpt_path=last"])
     shown = scalar_steps(run)
     assert shown["train/loss"] == list(range(14)), "every step once, none lost"
     # `epoch` goes with each call that logs (the epoch's and the validation's metrics share a step).

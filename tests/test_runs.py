@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import launch
 from conftest import ROOT, TINY_FIT, config, fit, kill_at, small_gpt
 from proj.cli import main
 
@@ -187,10 +188,9 @@ def test_a_resume_killed_before_its_first_checkpoint_loses_no_row(run_copy):
     before = (run_copy / "metrics.csv").read_bytes()
     overlay = run_copy.parents[2] / "kill.yaml"
     overlay.write_text("trainer:\n  callbacks+:" + kill_at(45))
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"), "--config",
-               str(overlay), *WORSENING, "--trainer.max_epochs=3", "--ckpt_path=last"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
-    killed = subprocess.run(command, cwd=overlay.parent, env=env, capture_output=True, text=True, timeout=300)
+    args = ["fit", "--config", config("digits.yaml"), "--config", str(overlay), *WORSENING,
+            "--trainer.max_epochs=3", "--ckpt_path=last"]  # fmt: skip
+    killed = launch.run(args, overlay.parent, {**os.environ, "PYTHONPATH": str(ROOT / "tests")})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert rows(run_copy)[16]["test/acc"], "the finished run's test is kept"
     # The next command on the run starts from every row the killed one found.

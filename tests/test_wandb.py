@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import launch
 import wandb_log
 from conftest import config
 
@@ -33,9 +32,8 @@ def fit(folder: Path, *args: str) -> None:
     # A test that used W&B in this process left its service's address here: a fit connecting to that
     # service finds the run it resumes still registered there ("run ID ... is in use").
     env.pop("WANDB_SERVICE", None)
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
-               "--config", config("logger/wandb.yaml"), *QUICK, *args]  # fmt: skip
-    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    wandb = ["--config", config("logger/wandb.yaml")]
+    result = launch.run(["fit", "--config", config("digits.yaml"), *wandb, *QUICK, *args], folder, env)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -117,9 +115,9 @@ def test_a_killed_run_keeps_its_history_up_to_a_second_before_the_kill(tmp_path)
     env.pop("WANDB_SERVICE", None)
     env.pop("WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL", None)
     env["PYTHONPATH"] = str(Path(__file__).parent)
-    command = [sys.executable, "-m", "proj", "fit", "--config", config("digits.yaml"),
-               "--config", config("logger/wandb.yaml"), "--config", str(overlay), *QUICK]  # fmt: skip
-    killed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    command = ["fit", "--config", config("digits.yaml"), "--config", config("logger/wandb.yaml"),
+               "--config", str(overlay), *QUICK]  # fmt: skip
+    killed = launch.run(command, tmp_path, env)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     [run] = wandb_log.offline_runs(tmp_path / "runs")
     # Up to step 3 itself, whose learning rate is logged as its batch starts, before the kill.
