@@ -28,6 +28,9 @@ from pathlib import Path
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["proj.cli"])
+# Imported by the server's child before multiprocessing makes it a child process: the server's main
+# process, which multiprocessing has only renamed.
+_MAIN_PROCESS = multiprocessing.current_process()
 
 
 def _stream(fd: int, unbuffered: bool) -> io.TextIOWrapper:
@@ -38,6 +41,12 @@ def _stream(fd: int, unbuffered: bool) -> io.TextIOWrapper:
 
 
 def _child(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, session: bool) -> None:
+    # What multiprocessing set up for the server's child: a fresh interpreter's main process starts
+    # its own children (DataLoader workers) by fork, and is named MainProcess.
+    multiprocessing.set_start_method(None, force=True)
+    _MAIN_PROCESS.name = "MainProcess"
+    multiprocessing.process._current_process = _MAIN_PROCESS
+    multiprocessing.process._parent_process = None
     if session:
         os.setsid()
     os.chdir(cwd)

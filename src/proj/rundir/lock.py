@@ -21,8 +21,10 @@ class RunLock:
     """An exclusive ``flock`` on ``<run>/.lock``, holding the holder's PID.
 
     The operating system drops the lock when its process ends, however it ends, so a killed run
-    never leaves a stale lock behind. Locks are per process and re-entrant: the commands of one
-    notebook or test take the same folder one after the other.
+    never leaves a stale lock behind. A forked child (a DataLoader worker) closes its copy at once:
+    the lock is its file's, so a killed run's workers would hold it until they noticed. Locks are per
+    process and re-entrant: the commands of one notebook or test take the same folder one after the
+    other.
     """
 
     _held: ClassVar[dict[Path, int]] = {}
@@ -73,3 +75,6 @@ class RunLock:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
         cls._created.clear()
+
+
+os.register_at_fork(after_in_child=RunLock.release_all)
