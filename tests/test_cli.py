@@ -69,6 +69,7 @@ def test_saved_config_reproduces_the_run(workdir):
         assert torch.equal(weights[0][key], weights[1][key]), key
 
 
+@pytest.mark.slow
 def test_absent_dataset_offline_says_where_to_put_files(workdir, monkeypatch, capsys):
     """In one line, as a user sees it (no ``PROJ_DEBUG``), leaving no run directory behind."""
     from torchvision.datasets import MNIST

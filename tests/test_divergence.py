@@ -64,6 +64,7 @@ def test_a_diverged_run_says_why_in_one_line_and_keeps_its_checkpoints(workdir, 
     assert list((workdir / "runs" / "digits" / "version_0" / "checkpoints").glob("*.ckpt"))
 
 
+@pytest.mark.slow
 def test_anomaly_overlay_turns_on_anomaly_detection(workdir):
     cli = main(["--config", config("digits.yaml"), "--config", config("debug/anomaly.yaml")], run=False)
     assert cli.trainer._detect_anomaly is True

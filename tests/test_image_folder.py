@@ -44,6 +44,7 @@ def args(root: Path, *extra: str) -> tuple[str, ...]:
     return (f"--data.init_args.root={root}", *SMALL, *extra)
 
 
+@pytest.mark.slow
 def test_facts_splits_and_normalised_batches_come_from_the_folder(digits):
     dm = ImageFolderDataModule(root=str(digits), image_size=16, flip=False)
     assert dm.classes == tuple("0123456789") and dm.num_classes == 10

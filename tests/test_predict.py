@@ -209,6 +209,7 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
     ],
     ids=["missing", "empty", "unreadable"],
 )
+@pytest.mark.slow
 def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):
     make(workdir / "mine")
     with pytest.raises((FileNotFoundError, ValueError), match=f"(?s){message}"):

@@ -151,6 +151,7 @@ def test_sigterm_run_resumes_bit_identical(task, step, where, uninterrupted, tmp
         assert all(torch.equal(expected[key], got[key]) for key in expected), f"{where}: {name} differs"
 
 
+@pytest.mark.slow
 def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", config("digits.yaml"), "--ckpt_path=last"])

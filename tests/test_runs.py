@@ -119,6 +119,7 @@ def test_evaluating_without_a_checkpoint_is_refused_unless_asked(subcommand, wor
     assert cli.trainer.state.finished
 
 
+@pytest.mark.slow
 def test_last_with_nothing_to_evaluate_says_to_fit_first(workdir, capsys):
     err = error_of(["test", "--config", config("digits.yaml"), "--ckpt_path=last"], capsys)
     assert "no readable checkpoint under runs/digits" in err and "Run `fit` first" in err

@@ -322,6 +322,7 @@ def test_a_metric_the_model_does_not_log_stops_the_sweep_before_its_first_trial_
     assert not list(workdir.glob("runs/sweeps/*/trial_0/version_*/checkpoints/*.ckpt")), "it trained"
 
 
+@pytest.mark.slow
 def test_the_plots_are_drawn_with_the_installed_packages_from_two_complete_trials(tmp_path):
     import optuna
 

@@ -106,6 +106,7 @@ def test_tiny_shakespeare_splits():
     assert len(dm.splits["val"]) == 111_539 // 256
 
 
+@pytest.mark.slow
 def test_block_size_is_stated_once_on_the_network(workdir):
     args = ["--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={CORPUS}"]
     cli = main([*args, "--model.init_args.net.init_args.block_size=32"], run=False)

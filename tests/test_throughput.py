@@ -60,6 +60,7 @@ def logged(rows: dict[int, dict[str, str]], name: str) -> dict[int, float]:
     return {step + 1: float(row[name]) for step, row in rows.items() if row.get(name)}
 
 
+@pytest.mark.slow
 def test_gpt_flops_counted_on_the_meta_device_match_the_closed_form():
     vocab, block, layers, width, batch = 65, 64, 4, 128, 12
     gpt = GPT(vocab, block_size=block, n_layer=layers, n_head=4, n_embd=width)
@@ -73,6 +74,7 @@ def test_gpt_flops_counted_on_the_meta_device_match_the_closed_form():
     assert all(p.grad is None and torch.equal(p, weights[name]) for name, p in gpt.named_parameters())
 
 
+@pytest.mark.slow
 def test_image_fit_logs_samples_per_sec_at_the_real_rate_and_mfu_against_the_given_peak(tmp_path):
     datamodule = DigitsDataModule(batch_size=32)
     model = ImageClassifier(ConvNet(10, (1, 8, 8), channels=(8, 16)), num_classes=10)
@@ -89,6 +91,7 @@ def test_image_fit_logs_samples_per_sec_at_the_real_rate_and_mfu_against_the_giv
     assert all(value > 0 for value in logged(rows, "train/peak_memory_mb").values())
 
 
+@pytest.mark.slow
 def test_text_fit_logs_tokens_per_sec_and_no_mfu_without_a_peak(tmp_path):
     text = tmp_path / "verse.txt"
     text.write_text("Shall I compare thee to a summer's day?\n" * 40, encoding="utf-8")
@@ -103,6 +106,7 @@ def test_text_fit_logs_tokens_per_sec_and_no_mfu_without_a_peak(tmp_path):
     assert not logged(rows, "train/mfu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", each_experiment(fast=("digits.yaml",)))
 def test_every_experiment_logs_throughput(experiment, workdir):
     cli = main(["--config", config(experiment), *experiment_args(experiment)], run=False)

@@ -56,6 +56,7 @@ def test_pretrained_weights_load_with_a_new_head_and_their_normalisation(pretrai
     torch.testing.assert_close(grey.eval()(x), grey(x.expand(-1, 3, -1, -1)))
 
 
+@pytest.mark.slow
 def test_classifier_warns_when_the_data_normalises_otherwise(pretrained):
     net = TorchvisionNet("resnet18", 10, (1, 8, 8), weights="DEFAULT")
     with pytest.warns(

@@ -46,6 +46,7 @@ def user_net(workdir: Path, monkeypatch: pytest.MonkeyPatch):
     sys.modules.pop("my_net", None)
 
 
+@pytest.mark.slow
 def test_a_bug_in_a_users_network_shows_its_traceback(user_net, workdir, capsys):
     command = user_net("num_clases")
     with pytest.raises(NameError, match="num_clases") as raised:
@@ -55,6 +56,7 @@ def test_a_bug_in_a_users_network_shows_its_traceback(user_net, workdir, capsys)
     assert not list(workdir.glob("runs/*/*")), "no run directory left behind"
 
 
+@pytest.mark.slow
 def test_a_users_argument_check_is_one_line(user_net, workdir, capsys):
     command = user_net("num_classes")
     with pytest.raises(SystemExit) as exit_info:
