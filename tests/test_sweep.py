@@ -215,6 +215,34 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_retry_is_not_failed_for_the_dead_worker_whose_name_it_carries(tmp_path):
+    """Optuna's retry of a dead worker's trial copies that trial's attributes, the worker's name
+    included, and a worker that starts the retry names itself only once its objective runs. Between
+    the two, another worker's check must not take the retry for the dead worker's trial."""
+    import optuna
+    from optuna.storages import RetryFailedTrialCallback
+    from optuna.trial import TrialState
+
+    from proj.sweep import fail_dead_trials
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    storage = optuna.storages.RDBStorage(
+        f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=60,
+        failed_trial_callback=RetryFailedTrialCallback(max_retry=1),
+    )  # fmt: skip
+    study = optuna.create_study(storage=storage)
+    left = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    left.set_user_attr("worker", f"{HOST}:{int(dead.stdout)}")  # killed while running it
+    fail_dead_trials(study, storage)
+    retry = study.ask()  # the retry, started by a worker that has not named itself yet
+    fail_dead_trials(study, storage)
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {left.number: TrialState.FAIL, retry.number: TrialState.RUNNING}
+    assert retry.params == left.params and retry.user_attrs["worker"] == left.user_attrs["worker"]
+
+
 def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState

@@ -439,8 +439,14 @@ def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -
     # running trials before that, and one of a silent worker would count as running and end the sweep.
     optuna.storages.fail_stale_trials(study)
     retry = storage.get_heartbeat_stale_trial_callback()
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        pid = local_pid(str(trial.user_attrs.get("worker", "")))
+    trials = {trial.number: trial for trial in study.get_trials(deepcopy=False)}
+    for trial in trials.values():
+        worker = str(trial.user_attrs.get("worker", ""))
+        retried = trials.get((trial.system_attrs.get("retry_history") or [None])[-1])
+        if trial.state != TrialState.RUNNING or (retried and retried.user_attrs.get("worker") == worker):
+            # A retry holds the attributes of the trial it retries until its worker names itself.
+            continue
+        pid = local_pid(worker)
         if pid is not None and pid != os.getpid() and not process_alive(pid):
             try:
                 study.tell(trial.number, state=TrialState.FAIL)
