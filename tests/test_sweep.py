@@ -220,7 +220,7 @@ def test_a_retry_is_not_failed_for_the_dead_worker_whose_name_it_carries(tmp_pat
     included, and a worker that starts the retry names itself only once its objective runs. Between
     the two, another worker's check must not take the retry for the dead worker's trial."""
     import optuna
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     from proj.sweep import fail_dead_trials
@@ -230,7 +230,7 @@ def test_a_retry_is_not_failed_for_the_dead_worker_whose_name_it_carries(tmp_pat
     )
     storage = optuna.storages.RDBStorage(
         f"sqlite:///{tmp_path / 'study.db'}", heartbeat_interval=60,
-        failed_trial_callback=RetryFailedTrialCallback(max_retry=1),
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1),
     )  # fmt: skip
     study = optuna.create_study(storage=storage)
     left = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
