@@ -45,6 +45,7 @@ import yaml
 from jsonargparse import ArgumentError, ArgumentParser, Namespace
 from jsonargparse.typing import NotEmptyStr, PositiveInt, restricted_string_type
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine, make_url
 
@@ -442,7 +443,7 @@ def fail_dead_trials(study: optuna.Study, storage: optuna.storages.RDBStorage) -
     trials = {trial.number: trial for trial in study.get_trials(deepcopy=False)}
     for trial in trials.values():
         worker = str(trial.user_attrs.get("worker", ""))
-        retried = trials.get((trial.system_attrs.get("retry_history") or [None])[-1])
+        retried = trials.get(next(reversed(RetryHeartbeatStaleTrialCallback.retry_history(trial)), None))
         if trial.state != TrialState.RUNNING or (retried and retried.user_attrs.get("worker") == worker):
             # A retry holds the attributes of the trial it retries until its worker names itself.
             continue
