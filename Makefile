@@ -34,12 +34,13 @@ test: install ## the whole test suite (what CI runs)
 test-fast: install ## the edit loop: skips tests marked slow
 	$(PYTEST) -m "not slow"
 
-# The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; three at
-# a time, as most of their time is waiting. A cluster that does not start fails here, with its message.
+# The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; four at
+# a time, as most of their time is waiting (tests/test_cluster.py says how they are dealt to the
+# workers). A cluster that does not start fails here, with its message.
 # It has two nodes, for the job that spans both.
 test-cluster: export NODES = 2
 test-cluster: install cluster ## the Slurm and PostgreSQL tests, on a local cluster of two nodes (starts it)
-	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -p no:randomly -m cluster -n 3 --dist load
+	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -p no:randomly -m cluster -n 4 --dist load
 
 cluster: ## start a Slurm cluster of NODES nodes (default 1) and a PostgreSQL server here (.cluster/; prints the --storage URL)
 	scripts/cluster.sh start

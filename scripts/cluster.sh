@@ -4,6 +4,7 @@
 #   scripts/cluster.sh start   installs slurm-wlm and munge when missing (Debian, as root), starts munged,
 #                              slurmctld, one slurmd per node and postgres; prints sinfo and the --storage URL
 #   scripts/cluster.sh stop    stops them, by the PIDs they wrote
+#   scripts/cluster.sh install only installs what is missing (CI does it while the other tests run)
 # Everything lives in .cluster/ of the checkout (ignored by git): configs, state, logs, the munge key
 # and the database. Starting again leaves running daemons alone. Only loopback addresses are used.
 # NODES (default 1) slurmd daemons play as many nodes, each on a port of its own: one is named localhost,
@@ -199,6 +200,10 @@ stop_pid() {
 }
 
 case ${1:-} in
+install)
+  mkdir -p "$root"
+  install_packages
+  ;;
 start)
   mkdir -p "$root"
   install_packages
@@ -222,7 +227,7 @@ stop)
   stop_pid munged "$root/munge/munged.pid"
   ;;
 *)
-  echo "usage: scripts/cluster.sh start|stop" >&2
+  echo "usage: scripts/cluster.sh start|stop|install" >&2
   exit 2
   ;;
 esac

@@ -134,119 +134,6 @@ def touch_at(step: int) -> str:
     )
 
 
-def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):
-    folder = workdir(tmp_path, "ddp")
-    two = ["--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1"]
-    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
-    info = wait_until_done(job_id)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["ExitCode"], info["NumTasks"]) == ("COMPLETED", "0:0", "2"), log[-3000:]
-    assert "GLOBAL_RANK: 1" in log or "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log
-    assert "auto-requeue" not in log  # Lightning's SLURM handlers stay off: Preemption is the one
-    assert [p.relative_to(folder) for p in folder.glob("runs/**/config.yaml")] == [
-        Path("runs/digits/version_0/config.yaml")
-    ]
-    rows = training_rows(folder / "runs" / "digits" / "version_0")
-    (test_acc,) = [float(r["test/acc"]) for r in rows if r["test/acc"]]
-    assert test_acc >= 0.95
-
-
-def test_a_job_on_two_nodes_trains_digits_as_one_ddp_run(tmp_path):
-    """One task on each of two slurmd daemons: Slurm's variables make them ranks 0 and 1 of one run."""
-    folder = workdir(tmp_path, "nodes")
-    two = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
-    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
-    info = wait_until_done(job_id)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
-    assert (info["NumNodes"], info["NumTasks"]) == ("2", "2")
-    assert info["NodeList"] == "node[1-2]", log[-3000:]
-    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log, log[-3000:]
-    run = folder / "runs" / "digits" / "version_0"
-    assert list(folder.glob("runs/**/config.yaml")) == [run / "config.yaml"]
-    trainer = yaml.safe_load((run / "config.yaml").read_text())["trainer"]
-    assert (trainer["num_nodes"], str(trainer["devices"])) == (2, "1")
-    (test_acc,) = [float(r["test/acc"]) for r in training_rows(run) if r["test/acc"]]
-    assert test_acc >= 0.95
-
-
-def test_a_requeued_job_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
-    """`scontrol requeue` mid-run: last.ckpt saved, exit 143, the job starts again, `--ckpt_path auto`
-    resumes it, and it ends with the very weights and metrics of the same job left alone."""
-    jobs = {}
-    for name in ("alone", "requeued"):
-        folder = workdir(tmp_path, name)
-        (folder / "touch.yaml").write_text(touch_at(15))
-        jobs[name] = (folder, fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2"))
-    folder, requeued = jobs["requeued"]
-    wait_for("step 15 of the job", (folder / "ready").exists)
-    scontrol("requeue", requeued)
-    infos = {name: wait_until_done(job_id) for name, (_, job_id) in jobs.items()}
-
-    log = output(folder, requeued)
-    assert (infos["requeued"]["JobState"], infos["requeued"]["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
-    assert infos["requeued"]["Restarts"] == "1" and infos["alone"]["Restarts"] == "0"
-    assert log.count("Received SIGTERM at step") == 1 and "exit code 143" in log
-    assert "UserWarning: Received" not in log and "auto-requeue" not in log  # one mechanism, a plain line
-    assert f"Slurm job {requeued} is COMPLETING: Slurm is ending it (requeued or cancelled)" in log
-    assert "Restoring states from the checkpoint" in log
-    runs = {name: folder / "runs" / "digits" / "version_0" for name, (folder, _) in jobs.items()}
-    assert not (jobs["requeued"][0] / "runs" / "digits" / "version_1").exists()  # one run directory
-    weights = {
-        name: torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for name, run in runs.items()
-    }
-    assert weights["requeued"]["global_step"] == weights["alone"]["global_step"] == 42
-    alone, again = weights["alone"]["state_dict"], weights["requeued"]["state_dict"]
-    assert alone.keys() == again.keys() and all(torch.equal(alone[k], again[k]) for k in alone)
-    assert training_rows(runs["requeued"]) == training_rows(runs["alone"])  # every row once, the same
-
-
-def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_start(tmp_path):
-    """`--time=2 --signal=TERM@30`: Slurm warns the job 30 s before its 2 minutes are up (at its first
-    check of the time limits from then on: they are 30 s apart, so 90 to 120 s after the start), the
-    job saves and requeues itself, and its second start, unslowed, resumes and finishes in its own
-    first 90 s. A signal before training begins (a start slower than that) would end the job unsaved,
-    so the warning leaves a loaded machine 90 s to start."""
-    folder = workdir(tmp_path, "time")
-    slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 7.0}}
-    (folder / "slow.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [slow]}}))
-    job_id = fit_job(
-        folder, "--config", "slow.yaml", "--trainer.max_epochs=1", "--test_after_fit=false",
-        options=(*ONE_TASK, "--time=2", "--signal=TERM@30"),
-    )  # fmt: skip
-    info = wait_until_done(job_id, timeout=360)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
-    assert log.count("Received SIGTERM at step") == 1
-    assert f"Requeued Slurm job {job_id}" in log and "exit code 143" in log
-    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
-    assert last["global_step"] == 21
-
-
-def test_scancel_stops_the_job_for_good_and_the_printed_command_resumes_it(tmp_path):
-    folder = workdir(tmp_path, "scancel")
-    (folder / "touch.yaml").write_text(touch_at(5))
-    job_id = fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2")
-    wait_for("step 5 of the job", (folder / "ready").exists)
-    subprocess.run(["scancel", job_id], env=ENV, check=True)
-    info = wait_until_done(job_id, release=False)
-    time.sleep(2)  # long enough for a requeue to show
-    info = job(job_id)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), log[-3000:]
-    assert "exit code 143" in log and "so it is not requeued here" in log
-    command = log.split("Resume with: ", 1)[1].splitlines()[0]
-    expected = "python -m proj fit --config runs/digits/version_0/config.yaml --ckpt_path "
-    assert command.startswith(expected)
-    resumed = subprocess.run(
-        [sys.executable, *shlex.split(command)[1:]], cwd=folder, env=ENV, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
-    assert last["global_step"] == 42 and not (folder / "runs/digits/version_1").exists()
-
-
 @pytest.fixture
 def database():
     """A PostgreSQL database of its own on the local server, dropped afterwards."""
@@ -302,6 +189,9 @@ def check_study(name: str, url: str, n_trials: int, outputs: list[str], folder: 
     return trials
 
 
+# `make test-cluster` runs these on 4 workers, and xdist deals 7 tests round-robin, so the 4th, the
+# time-limit job (90 to 120 s, mostly waiting for Slurm's warning), has its worker to itself and the
+# others go two to a worker: none runs much longer than that job.
 def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers_trial(tmp_path, database):
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -345,6 +235,83 @@ def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers
     assert len(retries) == 1 and retries[0].params == victim.params and retries[0].state != TrialState.FAIL
 
 
+def test_a_requeued_job_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    """`scontrol requeue` mid-run: last.ckpt saved, exit 143, the job starts again, `--ckpt_path auto`
+    resumes it, and it ends with the very weights and metrics of the same job left alone."""
+    jobs = {}
+    for name in ("alone", "requeued"):
+        folder = workdir(tmp_path, name)
+        (folder / "touch.yaml").write_text(touch_at(15))
+        jobs[name] = (folder, fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2"))
+    folder, requeued = jobs["requeued"]
+    wait_for("step 15 of the job", (folder / "ready").exists)
+    scontrol("requeue", requeued)
+    infos = {name: wait_until_done(job_id) for name, (_, job_id) in jobs.items()}
+
+    log = output(folder, requeued)
+    assert (infos["requeued"]["JobState"], infos["requeued"]["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
+    assert infos["requeued"]["Restarts"] == "1" and infos["alone"]["Restarts"] == "0"
+    assert log.count("Received SIGTERM at step") == 1 and "exit code 143" in log
+    assert "UserWarning: Received" not in log and "auto-requeue" not in log  # one mechanism, a plain line
+    assert f"Slurm job {requeued} is COMPLETING: Slurm is ending it (requeued or cancelled)" in log
+    assert "Restoring states from the checkpoint" in log
+    runs = {name: folder / "runs" / "digits" / "version_0" for name, (folder, _) in jobs.items()}
+    assert not (jobs["requeued"][0] / "runs" / "digits" / "version_1").exists()  # one run directory
+    weights = {
+        name: torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for name, run in runs.items()
+    }
+    assert weights["requeued"]["global_step"] == weights["alone"]["global_step"] == 42
+    alone, again = weights["alone"]["state_dict"], weights["requeued"]["state_dict"]
+    assert alone.keys() == again.keys() and all(torch.equal(alone[k], again[k]) for k in alone)
+    assert training_rows(runs["requeued"]) == training_rows(runs["alone"])  # every row once, the same
+
+
+def test_scancel_stops_the_job_for_good_and_the_printed_command_resumes_it(tmp_path):
+    folder = workdir(tmp_path, "scancel")
+    (folder / "touch.yaml").write_text(touch_at(5))
+    job_id = fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2")
+    wait_for("step 5 of the job", (folder / "ready").exists)
+    subprocess.run(["scancel", job_id], env=ENV, check=True)
+    info = wait_until_done(job_id, release=False)
+    time.sleep(2)  # long enough for a requeue to show
+    info = job(job_id)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), log[-3000:]
+    assert "exit code 143" in log and "so it is not requeued here" in log
+    command = log.split("Resume with: ", 1)[1].splitlines()[0]
+    expected = "python -m proj fit --config runs/digits/version_0/config.yaml --ckpt_path "
+    assert command.startswith(expected)
+    resumed = subprocess.run(
+        [sys.executable, *shlex.split(command)[1:]], cwd=folder, env=ENV, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 42 and not (folder / "runs/digits/version_1").exists()
+
+
+def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_start(tmp_path):
+    """`--time=2 --signal=TERM@30`: Slurm warns the job 30 s before its 2 minutes are up (at its first
+    check of the time limits from then on: they are 30 s apart, so 90 to 120 s after the start), the
+    job saves and requeues itself, and its second start, unslowed, resumes and finishes in its own
+    first 90 s. A signal before training begins (a start slower than that) would end the job unsaved,
+    so the warning leaves a loaded machine 90 s to start."""
+    folder = workdir(tmp_path, "time")
+    slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 7.0}}
+    (folder / "slow.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [slow]}}))
+    job_id = fit_job(
+        folder, "--config", "slow.yaml", "--trainer.max_epochs=1", "--test_after_fit=false",
+        options=(*ONE_TASK, "--time=2", "--signal=TERM@30"),
+    )  # fmt: skip
+    info = wait_until_done(job_id, timeout=360)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
+    assert log.count("Received SIGTERM at step") == 1
+    assert f"Requeued Slurm job {job_id}" in log and "exit code 143" in log
+    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 21
+
+
 def test_a_job_array_of_sweep_workers_shares_a_postgresql_study(tmp_path, database):
     folder = workdir(tmp_path, "array")
     sweep = write_sweep(folder, "array", n_trials=3)
@@ -356,3 +323,39 @@ def test_a_job_array_of_sweep_workers_shares_a_postgresql_study(tmp_path, databa
     assert [(i["JobState"], i["ExitCode"]) for i in infos] == [("COMPLETED", "0:0")] * 3, outputs
     trials = check_study("array", database, 3, outputs, folder)
     assert len({t.user_attrs["worker"] for t in trials}) >= 2  # the workers shared the trials
+
+
+def test_a_job_on_two_nodes_trains_digits_as_one_ddp_run(tmp_path):
+    """One task on each of two slurmd daemons: Slurm's variables make them ranks 0 and 1 of one run."""
+    folder = workdir(tmp_path, "nodes")
+    two = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
+    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
+    info = wait_until_done(job_id)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
+    assert (info["NumNodes"], info["NumTasks"]) == ("2", "2")
+    assert info["NodeList"] == "node[1-2]", log[-3000:]
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log, log[-3000:]
+    run = folder / "runs" / "digits" / "version_0"
+    assert list(folder.glob("runs/**/config.yaml")) == [run / "config.yaml"]
+    trainer = yaml.safe_load((run / "config.yaml").read_text())["trainer"]
+    assert (trainer["num_nodes"], str(trainer["devices"])) == (2, "1")
+    (test_acc,) = [float(r["test/acc"]) for r in training_rows(run) if r["test/acc"]]
+    assert test_acc >= 0.95
+
+
+def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):
+    folder = workdir(tmp_path, "ddp")
+    two = ["--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1"]
+    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
+    info = wait_until_done(job_id)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["ExitCode"], info["NumTasks"]) == ("COMPLETED", "0:0", "2"), log[-3000:]
+    assert "GLOBAL_RANK: 1" in log or "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log
+    assert "auto-requeue" not in log  # Lightning's SLURM handlers stay off: Preemption is the one
+    assert [p.relative_to(folder) for p in folder.glob("runs/**/config.yaml")] == [
+        Path("runs/digits/version_0/config.yaml")
+    ]
+    rows = training_rows(folder / "runs" / "digits" / "version_0")
+    (test_acc,) = [float(r["test/acc"]) for r in rows if r["test/acc"]]
+    assert test_acc >= 0.95

@@ -243,6 +243,7 @@ def test_a_retry_is_not_failed_for_the_dead_worker_whose_name_it_carries(tmp_pat
     assert retry.params == left.params and retry.user_attrs["worker"] == left.user_attrs["worker"]
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
