@@ -1,4 +1,5 @@
-"""Faults injected into real training processes by the reliability tests (imported by class_path)."""
+"""Faults injected into real training processes by the reliability tests, and what they record there
+(imported by class_path)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal as signal_module
 import time
 from pathlib import Path
 
+import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from proj.callbacks import ClassPredictionWriter
@@ -132,3 +134,13 @@ class CodeInCheckpoints(Callback):
         from bad_inputs import Payload
 
         checkpoint["extra"] = Payload()
+
+
+class RecordThreads(Callback):
+    """Writes the torch threads the run computes with to ``path`` when fitting begins."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        Path(self.path).write_text(str(torch.get_num_threads()))

@@ -227,3 +227,18 @@ def test_inference_benchmark(benchmark, capsys):
             assert re.search(rf"batch +{batch} +{name} ", output), output
     last = output.strip().splitlines()[-1]
     assert last == f"ratio {ratios['onnxruntime', 64]:.2f} (onnxruntime / eager, batch 64)" and ratios
+
+
+@pytest.mark.slow
+def test_trial_start_benchmark(benchmark, capsys, workdir):
+    # One round of a one-epoch trial each way: both end with the same weights (the script stops
+    # otherwise), and the ratio is of the medians of the rounds printed.
+    times = benchmark("trial_start").main(["--epochs=1", "--rounds=1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("server started and answered --help in ")
+    new, forked = times["new"][0], times["forked"][0]
+    assert lines[1:] == [
+        f"round 1 (new first): new {new:.1f} s, forked {forked:.1f} s, the same weights",
+        f"median: new {new:.1f} s, forked {forked:.1f} s",
+        f"ratio {new / forked:.2f} (new / forked)",
+    ]

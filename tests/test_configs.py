@@ -258,17 +258,17 @@ def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
 def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     import optuna
 
-    from proj.sweep import load_sweep, suggest, trial_command
+    from proj.sweep import load_sweep, suggest, trial_args
 
     # The sweep's config paths are the repository's, as `python -m proj sweep` runs from its root.
     monkeypatch.chdir(ROOT)
     spec = load_sweep(CONFIGS / sweep)
     assert spec.metric in {"val/loss", "val/acc"} and spec.n_trials >= 20
     values = suggest(optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask(), spec.space)
-    command = trial_command(spec, values, number=0)
-    assert command[1:4] == ["-m", "proj", "fit"]
+    args = trial_args(spec, values, number=0)
+    assert args[0] == "fit"
     with pytest.raises(SystemExit) as exit_info:
-        main([*command[3:], "--print_config"])
+        main([*args, "--print_config"])
     assert exit_info.value.code in (0, None)
     printed = assert_printed(values, capsys)
     assert printed["trainer"]["logger"]["init_args"]["save_dir"] == f"runs/sweeps/{spec.name}"

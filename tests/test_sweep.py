@@ -374,3 +374,19 @@ def test_a_sampler_that_needs_a_package_not_installed_is_refused_before_any_tria
     sweep = write_sweep(tmp_path / "sweep.yaml", sampler={"class_path": sampler}, space=space)
     with pytest.raises(SweepConfigError, match=rf"sampler: {sampler} needs the package '{package}'.*uv add"):
         load_sweep(sweep)
+
+
+@pytest.mark.slow
+def test_a_trial_forked_from_the_preloaded_server_computes_with_the_threads_it_is_given(tmp_path):
+    """The server imported torch with its own thread count; each trial gets the one the worker gave it."""
+    from proj import preloaded
+
+    for threads in ("1", "2"):
+        record = tmp_path / f"threads_{threads}"
+        args = ["fit", "--config", config("digits.yaml"), "--trainer.fast_dev_run=1",
+                "--test_after_fit=false", "--trainer.callbacks+=faults.RecordThreads",
+                f"--trainer.callbacks.init_args.path={record}"]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "PYTHONPATH": str(ROOT / "tests")}
+        log = tmp_path / f"output_{threads}.log"
+        assert preloaded.start(args, tmp_path, env, log).wait(timeout=300) == 0, log.read_text()[-3000:]
+        assert record.read_text() == threads

@@ -4,18 +4,21 @@
 A sweep config names the experiment's configs, the search space (the CLI's own dotted keys), the metric
 and its direction, the number of trials, the sampler and the pruner. Each trial is an ordinary
 ``python -m proj fit`` in a process of its own, with the trial's values as ``--key=value`` flags,
-so its saved ``config.yaml`` repeats it alone. The study lives in a real database: SQLite in
-``runs/sweeps/<name>/study.db`` unless ``--storage`` names another (PostgreSQL, MySQL), which is how
-workers on several machines share one study; workers on one machine share the SQLite file.
+so its saved ``config.yaml`` repeats it alone; the process is forked from one that has imported
+torch and Lightning (``proj.preloaded``), as importing them again took half of a short CPU trial.
+The study lives in a real database: SQLite in ``runs/sweeps/<name>/study.db`` unless ``--storage``
+names another (PostgreSQL, MySQL), which is how workers on several machines share one study; workers
+on one machine share the SQLite file.
 
 Resuming is starting the same command again: a trial left running by a worker that died (its process
 gone from this machine, or its heartbeat silent for ``GRACE_PERIOD_S`` on any machine) is marked
 failed and retried once with the same values, and workers start trials until ``n_trials`` have
 finished (complete or pruned) across all of them.
 
-This module runs the sweep and imports neither torch nor Lightning: a worker waits on its trials'
-processes at little cost. The trial's side, reporting the metric and obeying the pruner, is
-``proj.callbacks.pruning.OptunaPruning``, which the CLI adds when ``TRIAL_ENV`` is set.
+This module runs the sweep and imports neither torch nor Lightning (its trials' server does): a
+worker waits on its trials' processes at little cost. The trial's side, reporting the metric and
+obeying the pruner, is ``proj.callbacks.pruning.OptunaPruning``, which the CLI adds when
+``TRIAL_ENV`` is set.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import json
 import math
 import os
 import re
+import signal
 import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -49,7 +52,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine, make_url
 
-from proj import TRIAL_ENV
+from proj import TRIAL_ENV, preloaded
 
 SWEEPS_ROOT = Path("runs") / "sweeps"
 # A worker's heartbeat, written while its trial runs: another machine's worker fails a trial whose
@@ -141,7 +144,7 @@ def load_sweep(path: str | Path) -> Sweep:
         path=path,
         name=path.stem,
         configs=configs,
-        flags=fields.flags,
+        flags=[str(flag) for flag in fields.flags],
         metric=fields.metric,
         direction=fields.direction,
         n_trials=fields.n_trials,
@@ -271,11 +274,11 @@ def trial_flags(values: dict[str, Any]) -> list[str]:
     ]
 
 
-def trial_command(sweep: Sweep, values: dict[str, Any], number: int) -> list[str]:
-    """The trial's ``fit``: the sweep's configs and flags, the trial's values, and a run directory
-    under ``runs/sweeps/<name>/trial_<number>/`` (the logger's ``save_dir`` and ``name``, so that
-    repeating its config.yaml writes the next version beside it)."""
-    command = [sys.executable, "-m", "proj", "fit"]
+def trial_args(sweep: Sweep, values: dict[str, Any], number: int) -> list[str]:
+    """The trial's ``python -m proj fit``: the sweep's configs and flags, the trial's values, and a run
+    directory under ``runs/sweeps/<name>/trial_<number>/`` (the logger's ``save_dir`` and ``name``, so
+    that repeating its config.yaml writes the next version beside it)."""
+    command = ["fit"]
     for config in sweep.configs:
         command += ["--config", config]
     return [
@@ -570,14 +573,13 @@ def objective_for(sweep: Sweep, storage_url: str):
                 )
                 said = threads
         log = folder / "output.log"
-        with open(log, "w") as out:
-            code = subprocess.run(
-                trial_command(sweep, values, trial.number),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                check=False,
-            ).returncode
+        log.write_text("")
+        process = preloaded.start(trial_args(sweep, values, trial.number), Path.cwd(), env, log)
+        try:
+            code = process.wait()
+        except BaseException:  # an interrupted worker takes its trial with it
+            process.send_signal(signal.SIGKILL)
+            raise
         recorded = fresh(trial.study, trial.number).user_attrs
         run_dir = Path(recorded.get("run_dir", folder))
         if code == 2:  # the CLI refused the command: every trial would fail alike
@@ -785,6 +787,7 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
         sweep = load_sweep(args.config)
         if args.n_trials is not None and args.n_trials < 1:
             raise SweepConfigError(f"--n_trials {args.n_trials}: give a positive number of trials")
+        preloaded.start_server()
         sweep.folder.mkdir(parents=True, exist_ok=True)
         storage_url = args.storage or default_storage(sweep)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module prints one line per trial
