@@ -1,6 +1,6 @@
-"""A sweep trial as a new interpreter (``python -m proj fit``) against the same trial forked from the
-server that has imported torch, Lightning and the CLI (``proj.preloaded``, what ``python -m proj
-sweep`` does).
+"""A sweep trial as a new interpreter (``python -m proj fit``) against the same trial forked from
+the server that has imported torch, Lightning and the CLI (``proj.preloaded``, what ``python -m
+proj sweep`` does).
 
 Each round runs the digits experiment for ``--epochs`` both ways, the one that goes first
 alternating, one thread each (as a sweep gives its trials on a shared machine). The two must end

@@ -1,9 +1,9 @@
-"""``python -m proj`` as most tests start it: ``proj.preloaded``'s process, forked from a server that
-has imported torch, Lightning and the CLI once, instead of a new interpreter that imports them again
-(about 6 s of CPU a start here, more than a short run's training), with what ``subprocess`` gives a
-test: its output captured, a timeout. The tests of what a process does while it imports (a
-launcher's ``LOCAL_RANK``, a warning raised at import), of torchrun and of a fresh shell start a new
-interpreter."""
+"""``python -m proj`` as most tests start it: ``proj.preloaded``'s process, forked from a
+server that has imported torch, Lightning and the CLI once, instead of a new interpreter that
+imports them again (about 6 s of CPU a start here, more than a short run's training), with what
+``subprocess`` gives a test: its output captured, a timeout. The tests of what a process does while
+it imports (a launcher's ``LOCAL_RANK``, a warning raised at import), of torchrun and of a fresh
+shell start a new interpreter."""
 
 from __future__ import annotations
 

@@ -275,8 +275,8 @@ def trial_flags(values: dict[str, Any]) -> list[str]:
 
 
 def trial_args(sweep: Sweep, values: dict[str, Any], number: int) -> list[str]:
-    """The trial's ``python -m proj fit``: the sweep's configs and flags, the trial's values, and a run
-    directory under ``runs/sweeps/<name>/trial_<number>/`` (the logger's ``save_dir`` and ``name``, so
+    """The trial's ``python -m proj fit``: the sweep's configs and flags, the trial's values, and a
+    run directory under ``runs/sweeps/<name>/trial_<number>/`` (the logger's ``save_dir`` and ``name``, so
     that repeating its config.yaml writes the next version beside it)."""
     command = ["fit"]
     for config in sweep.configs:
