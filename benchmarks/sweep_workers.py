@@ -1,8 +1,9 @@
 """Sweep workers sharing one machine: their trials with torch's own thread count (a thread per core
 each) against the machine's cores split between them, as ``proj.sweep.trial_threads`` gives them.
 
-Each round starts ``--workers`` trials together, ``python -m proj fit`` on the digits experiment,
-and times them until the last exits; the two settings alternate, ``--rounds`` times each, the one
+Each round starts ``--workers`` trials together, ``python -m proj fit`` on the digits experiment
+forked from ``proj.preloaded``'s server as the sweep starts them, and times them until the last
+exits; the two settings alternate, ``--rounds`` times each, the one
 that goes first alternating too. Every trial must train the same steps (read from its last
 checkpoint), or the comparison stops. Medians over the rounds are printed, with the ratio own / split
 (above 1: splitting the cores is that much faster)::
@@ -16,8 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 
 from common import cli_args
+from proj import preloaded
 from proj.sweep import cpu_cores
 
 
@@ -35,24 +35,24 @@ def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    command = [sys.executable, "-m", "proj", "fit", *cli_args("digits")]
-    command += [f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false"]
-    command += ["--test_after_fit=false"]
+    args = [
+        "fit",
+        *cli_args("digits"),
+        f"--trainer.max_epochs={epochs}",
+        "--trainer.enable_progress_bar=false",
+    ]
+    args += ["--test_after_fit=false"]
+    folder.mkdir(parents=True)
     start = time.perf_counter()
     trials = [
-        subprocess.Popen(
-            [*command, f"--trainer.logger.init_args.save_dir={folder / str(i)}"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        preloaded.start([*args, f"--trainer.logger.init_args.save_dir={folder / str(i)}"], Path.cwd(), env,
+                        folder / f"output_{i}.log")
         for i in range(workers)
-    ]
-    for trial in trials:
-        _, errors = trial.communicate()
-        if trial.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed ({trial.returncode}):\n{errors[-3000:]}")
+    ]  # fmt: skip
+    for i, trial in enumerate(trials):
+        if trial.wait() != 0:
+            log = (folder / f"output_{i}.log").read_text()
+            raise RuntimeError(f"{' '.join(trial.args)} failed ({trial.returncode}):\n{log[-3000:]}")
     seconds = time.perf_counter() - start
     lasts = [folder / str(i) / "digits" / "version_0" / "checkpoints" / "last.ckpt" for i in range(workers)]
     return seconds, {torch.load(last, weights_only=True)["global_step"] for last in lasts}
@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
     print(f"{args.workers} trials at once on {cpu_cores()} cores: torch's own threads vs {split} each")
     times: dict[str, list[float]] = {"own": [], "split": []}
     trained: set[int] = set()
+    preloaded.start_server()  # its start, once per worker, is no round's
     with tempfile.TemporaryDirectory() as runs:
         for round_ in range(args.rounds):
             order = ("own", "split") if round_ % 2 == 0 else ("split", "own")
@@ -94,4 +95,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
 
 
 if __name__ == "__main__":
+    os.environ.pop("OMP_NUM_THREADS", None)  # the server imports torch with its own thread count
     main()

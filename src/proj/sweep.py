@@ -494,7 +494,7 @@ def trial_threads(sweep: Sweep) -> tuple[int, int] | None:
     """The CPU threads each trial here may use, and the workers they are shared among: this machine's
     cores divided among its workers, as Lightning divides them among the processes of a DDP run.
     Left alone, each trial's torch starts a thread per core, and two workers' trials on 2 cores took
-    a median 12.8 times as long as with one thread each (``benchmarks/sweep_workers.py``). None when
+    a median 3.8 times as long as with one thread each (``benchmarks/sweep_workers.py``). None when
     ``OMP_NUM_THREADS`` is set: the user's choice, which the trials inherit."""
     if "OMP_NUM_THREADS" in os.environ:
         return None

@@ -199,7 +199,10 @@ def requeue_slurm_job(job: str) -> None:
         )
         return
     requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    if requeue.returncode == 0:
+    # Slurm ends the job's processes as it requeues it, `scontrol` among them when it has not
+    # returned yet (seen on a loaded machine): killed by a signal, it was the requeue under way.
+    if requeue.returncode == 0 or requeue.returncode < 0:
         rank_zero_info(f"Requeued Slurm job {job}: it resumes from this checkpoint when it starts again.")
     else:
-        rank_zero_info(f"Slurm job {job} was not requeued ({requeue.stderr.strip()}): resume it by hand.")
+        reason = requeue.stderr.strip() or f"scontrol exited with {requeue.returncode}"
+        rank_zero_info(f"Slurm job {job} was not requeued ({reason}): resume it by hand.")
