@@ -244,7 +244,7 @@ def test_a_retry_is_not_failed_for_the_dead_worker_whose_name_it_carries(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
+def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir, capsys):
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
@@ -266,7 +266,11 @@ def test_a_sweep_killed_mid_trial_resumes_the_study_to_completion(workdir):
     (interrupted,) = load("killed", workdir).trials
     assert interrupted.state == TrialState.RUNNING and interrupted.intermediate_values  # it had validated
 
-    output = finish(start_worker(sweep, workdir, "second.log"), workdir, "second.log")
+    # The same command again, in this process (whose server for trials is up already).
+    from proj.sweep import main as resume
+
+    resume(["--config", str(sweep)])
+    output = capsys.readouterr().out
     trials = load("killed", workdir).trials
     assert trials[0].state == TrialState.FAIL  # marked failed at once: its worker's process is gone
     assert f"trial 0: its worker (PID {worker.pid}) is gone" in output
