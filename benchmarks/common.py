@@ -70,6 +70,15 @@ def cli_args(experiment: str, corpus: str | None = None) -> list[str]:
     return args
 
 
+def digits_trial(epochs: int, save_dir: Path) -> list[str]:
+    """A sweep trial's ``python -m proj`` arguments, as the sweep benchmarks run it: ``fit`` of the
+    digits experiment for ``epochs``, quiet, no test, its run directory under ``save_dir``."""
+    return [
+        "fit", *cli_args("digits"), f"--trainer.max_epochs={epochs}", "--trainer.enable_progress_bar=false",
+        "--test_after_fit=false", f"--trainer.logger.init_args.save_dir={save_dir}",
+    ]  # fmt: skip
+
+
 def build(args: Sequence[str]) -> ProjCLI:
     """Model, data module and trainer exactly as ``fit`` would build them, nothing run; seeded, the
     data set up, and the trainer attached to the data module in training mode, since its

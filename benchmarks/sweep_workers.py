@@ -3,9 +3,9 @@ each) against the machine's cores split between them, as ``proj.sweep.trial_thre
 
 Each round starts ``--workers`` trials together, ``python -m proj fit`` on the digits experiment
 forked from ``proj.preloaded``'s server as the sweep starts them, and times them until the last
-exits; the two settings alternate, ``--rounds`` times each, the one
-that goes first alternating too. Every trial must train the same steps (read from its last
-checkpoint), or the comparison stops. Medians over the rounds are printed, with the ratio own / split
+exits; the two settings alternate, ``--rounds`` times each, the one that goes first alternating
+too. Every trial must train the same steps (read from its last checkpoint), or the comparison
+stops. Medians over the rounds are printed, with the ratio own / split
 (above 1: splitting the cores is that much faster)::
 
     python benchmarks/sweep_workers.py                      # 2 trials at once, 10 epochs, 3 rounds
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from common import cli_args
+from common import digits_trial
 from proj import preloaded
 from proj.sweep import cpu_cores
 
@@ -35,20 +35,12 @@ def trials_at_once(workers: int, epochs: int, threads: int | None, folder: Path)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    args = [
-        "fit",
-        *cli_args("digits"),
-        f"--trainer.max_epochs={epochs}",
-        "--trainer.enable_progress_bar=false",
-    ]
-    args += ["--test_after_fit=false"]
     folder.mkdir(parents=True)
     start = time.perf_counter()
     trials = [
-        preloaded.start([*args, f"--trainer.logger.init_args.save_dir={folder / str(i)}"], Path.cwd(), env,
-                        folder / f"output_{i}.log")
+        preloaded.start(digits_trial(epochs, folder / str(i)), Path.cwd(), env, folder / f"output_{i}.log")
         for i in range(workers)
-    ]  # fmt: skip
+    ]
     for i, trial in enumerate(trials):
         if trial.wait() != 0:
             log = (folder / f"output_{i}.log").read_text()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from common import cli_args
+from common import digits_trial
 from proj import preloaded
 
 
@@ -34,13 +34,7 @@ def trial(how: str, epochs: int, folder: Path) -> tuple[float, dict[str, torch.T
     """Seconds from the start of a digits trial to its exit, started ``how`` (``new`` or ``forked``),
     and the weights it ended with."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [
-        "fit",
-        *cli_args("digits"),
-        f"--trainer.max_epochs={epochs}",
-        "--trainer.enable_progress_bar=false",
-    ]
-    args += ["--test_after_fit=false", f"--trainer.logger.init_args.save_dir={folder}"]
+    args = digits_trial(epochs, folder)
     folder.mkdir(parents=True)
     log = folder / "output.log"
     start = time.perf_counter()

@@ -25,9 +25,6 @@ class Process:
         folder = Path(tempfile.mkdtemp(prefix="proj-launch-"))
         weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
         self._out, self._err = folder / "stdout", folder / "stderr"
-        self._out.touch()
-        if not merge:
-            self._err.touch()
         env = dict(os.environ if env is None else env)
         self._process = preloaded.start(args, cwd, env, self._out, self._out if merge else self._err, session)
         self.args, self.pid = self._process.args, self._process.pid
