@@ -11,11 +11,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import launch
 from conftest import ROOT, TINY_FIT, config, fit, kill_at, small_gpt
@@ -337,3 +339,35 @@ def test_a_resume_names_the_settings_its_checkpoint_overrides(run_copy):
     # restored at the rate its schedule had reached.
     assert cli.model.hparams["optimizer"]["init_args"]["lr"] == 0.05
     assert cli.trainer.optimizers[0].param_groups[0]["lr"] == saved["param_groups"][0]["lr"] != 0.0001
+
+
+@pytest.mark.slow
+def test_a_resume_with_other_settings_names_them_and_saves_its_config_beside(run_copy):
+    """The run's config.yaml keeps the settings it began with; a resume that trains on with others
+    (a longer max_epochs, a flag left off) says each one and leaves its own config in the run."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last"))
+    assert not [w for w in caught if "other settings" in str(w.message)], "the same settings: nothing said"
+    longer = ("--trainer.max_epochs=3", "--data.batch_size=32", "--test_after_fit=false")
+    with pytest.warns(UserWarning, match="other settings") as caught:
+        cli = fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
+    said = next(str(w.message) for w in caught if "other settings" in str(w.message))
+    assert said == (
+        f"Resuming {RUN} with other settings than its config.yaml: data.init_args.batch_size=32 (was 64); "
+        "test_after_fit=false (was true); trainer.max_epochs=3 (was 2). The run trains on with these "
+        f"(saved in {RUN}/config.from_step_42.yaml); to resume it with the earlier ones: "
+        f"python -m proj fit --config {RUN}/config.yaml --ckpt_path last"
+    )
+    assert cli.datamodule.batch_size == 32 and cli.trainer.current_epoch == 3, "what it says is what ran"
+    saved = yaml.safe_load((run_copy / "config.from_step_42.yaml").read_text())
+    assert (saved["data"]["init_args"]["batch_size"], saved["trainer"]["max_epochs"]) == (32, 3)
+    assert yaml.safe_load((run_copy / "config.yaml").read_text())["trainer"]["max_epochs"] == 2, "kept"
+    with warnings.catch_warnings(record=True) as caught:  # a requeued job: the same command again
+        warnings.simplefilter("always")
+        fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
+    assert not [w for w in caught if "other settings" in str(w.message)], "as the last resume: nothing said"
+    assert sorted(p.name for p in run_copy.glob("config*.yaml")) == [
+        "config.from_step_42.yaml",
+        "config.yaml",
+    ]
