@@ -90,6 +90,23 @@ class SignalBeforeTraining(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SignalInStage(Callback):
+    """Sends ``signal`` to its own process as the first batch of ``stage`` (test or predict) begins:
+    a job stopped in an evaluation, or in the test that follows ``fit``."""
+
+    def __init__(self, stage: str, signal: str = "SIGTERM") -> None:
+        self.stage = stage
+        self.signum = getattr(signal_module, signal)
+
+    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if self.stage == "test":
+            os.kill(os.getpid(), self.signum)
+
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if self.stage == "predict":
+            os.kill(os.getpid(), self.signum)
+
+
 class TouchAtStep(Callback):
     """Creates ``path`` once training reaches ``step``: tells a test the run is under way."""
 

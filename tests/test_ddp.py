@@ -80,6 +80,7 @@ def test_one_run_directory_one_config_checkpoints_written_once(reference):
     assert (run / "config.yaml").is_file()
     assert sorted(p.name for p in run.iterdir()) == [
         ".lock",
+        ".tested_step",
         "checkpoints",
         "config.yaml",
         "hparams.yaml",

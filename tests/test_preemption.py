@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -201,3 +202,56 @@ def test_sigterm_mid_accumulation_stops_after_the_optimizer_step(workdir):
     os.chdir(workdir / "alone")
     alone = main(args).trainer.lightning_module.state_dict()
     assert all(torch.equal(alone[key], resumed[key]) for key in alone)
+
+
+def metric_rows_of_tests(workdir: Path) -> list[dict[str, str]]:
+    with open(workdir / "runs" / "digits" / "version_0" / "metrics.csv", newline="") as f:
+        return [row for row in csv.DictReader(f) if row.get("test/acc")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGKILL"])
+def test_a_run_stopped_in_its_test_after_fit_exits_non_zero_and_its_resume_tests(signame, tmp_path, caplog):
+    """Lightning's handler ended the test after `fit` with exit code 0 and no test metrics; a run
+    killed there was taken for finished and tested never."""
+    one_epoch = ("--trainer.max_epochs=1", "--test_after_fit=true")
+    process = start(tmp_path, *one_epoch, fault=fault("SignalInStage", stage="test", signal=signame))
+    code, output = finish(process)
+    assert code == (128 + signal.SIGTERM if signame == "SIGTERM" else -signal.SIGKILL), output[-3000:]
+    if signame == "SIGTERM":
+        assert "Received SIGTERM in `test`: stopped before its end, and nothing of it is kept." in output
+    assert metric_rows_of_tests(tmp_path) == [], "precondition: the test never ended"
+    resume = ["fit", "--config", config("digits.yaml"), *one_epoch, "--ckpt_path=last",
+              "--trainer.enable_progress_bar=false"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        cli = main(resume)
+        tested = metric_rows_of_tests(tmp_path)
+        assert [float(row["test/acc"]) for row in tested] == [cli.trainer.callback_metrics["test/acc"]]
+        caplog.clear()
+        main(resume)
+    assert "its test ran, so it is not tested again" in caplog.text
+    assert metric_rows_of_tests(tmp_path) == tested
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("subcommand", "preemption"), [("test", True), ("test", False), ("predict", True)],
+    ids=["test", "test-preemption-off", "predict"],
+)  # fmt: skip
+def test_sigterm_in_an_evaluating_command_exits_143(subcommand, preemption, tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        main(["fit", "--config", config("digits.yaml"), "--trainer.max_epochs=1", "--test_after_fit=false",
+              "--trainer.enable_progress_bar=false"])  # fmt: skip
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("trainer:\n  callbacks+:\n" + fault("SignalInStage", stage=subcommand))
+    off = () if preemption else ("--preemption=null",)
+    args = [subcommand, "--config", config("digits.yaml"), "--config", str(overlay), "--ckpt_path=last",
+            "--trainer.enable_progress_bar=false", *off]  # fmt: skip
+    process = launch.start(args, tmp_path, {**os.environ, "PYTHONPATH": str(TESTS)}, merge=True, session=True)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    said = f"Received SIGTERM in `{subcommand}`" if preemption else "error: stopped by SIGTERM"
+    assert said in output
+    assert not (tmp_path / "runs" / "digits" / "version_0" / "predictions.csv").exists()

@@ -53,7 +53,7 @@ from proj.rundir.claim import claim_run_directory
 from proj.rundir.config_file import RunConfigSaver
 from proj.rundir.lock import RunLock
 from proj.rundir.metrics import KeptMetrics
-from proj.rundir.naming import logger_kind
+from proj.rundir.naming import logger_kind, run_directory
 from proj.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42
@@ -67,6 +67,9 @@ DEFAULTS = Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml"
 # The logger the run's name is a default for; configs/defaults.yaml, read after, gives the rest of it
 # (or another logger, which keeps the name where it takes one).
 DEFAULT_LOGGER = "lightning.pytorch.loggers.CSVLogger"
+# In the run directory: the step whose weights the test after `fit` tested. A resumed run with
+# nothing left to train tests only when that test never ended (a job stopped in it).
+TESTED = ".tested_step"
 
 # The callbacks every experiment gets, each under a key of its own (settings in configs/defaults.yaml),
 # so that a config or a flag changes one setting (`--early_stopping.patience=4`) without restating a
@@ -339,16 +342,27 @@ class ProjCLI(LightningCLI):
             rank_zero_info(stopped)
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
-        if trainer.global_step == self.resumed_step:
+        marker = (
+            Path(run_directory(trainer)) / TESTED if trainer.loggers and not trainer.fast_dev_run else None
+        )
+        if trainer.global_step == self.resumed_step and trainer.strategy.broadcast(
+            tested_at(marker, trainer.global_step)
+        ):
             # A finished run resumed (a job script's `--ckpt_path auto` run again): testing the same
             # weights again would only add a copy of the run's test to its logs.
             rank_zero_info(
-                "Nothing to train: the checkpoint is where this run ends, so it is not tested again. "
-                "Raise trainer.max_epochs (or trainer.max_steps) to train further; "
+                "Nothing to train: the checkpoint is where this run ends, and its test ran, so it is not "
+                "tested again. Raise trainer.max_epochs (or trainer.max_steps) to train further; "
                 "`test --ckpt_path best` tests its best checkpoint again."
             )
             return
         self.test(model=self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
+        if marker is not None and trainer.is_global_zero:
+            marker.write_text(f"{trainer.global_step}\n")
+
+
+def tested_at(marker: Path | None, step: int) -> bool:
+    return marker is not None and marker.is_file() and marker.read_text().strip() == str(step)
 
 
 def print_metrics(results: list[dict[str, float]], stage: str, verbose: bool = True) -> None:

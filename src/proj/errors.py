@@ -3,7 +3,9 @@ traceback from deep inside Lightning or jsonargparse, and no run directory left 
 
 A refused setting exits with status 2. A run directory another process holds, a lost peer of a
 distributed job, a run that diverged, or an export whose artifacts fail their check exits with 1;
-a diverged run keeps its run directory, whose checkpoints are from before the divergence.
+a diverged run keeps its run directory, whose checkpoints are from before the divergence. A run
+that Lightning's own handler stops on SIGTERM (``preemption: null``) exits with 143, as one that
+``proj.reliability.Preemption`` stops does, never with 0.
 ``PROJ_DEBUG=1`` shows the traceback as well (and raises the error as it was), as for a bug;
 anything that is no user error keeps its traceback always.
 """
@@ -18,6 +20,7 @@ import importlib
 import inspect
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Iterator
@@ -27,7 +30,7 @@ import torch
 from jsonargparse import ArgumentParser
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from proj.rundir.lock import RunInUseError, RunLock
 
@@ -62,6 +65,11 @@ def reported_errors() -> Iterator[None]:
     """Around a whole command: a user's error printed as one line and a clean exit."""
     try:
         yield
+    except SIGTERMException:
+        # Lightning's own stop on SIGTERM (with `preemption: null`) exits with 0: a success to a
+        # scheduler, which would requeue nothing.
+        print("error: stopped by SIGTERM; nothing was saved since the last checkpoint.", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGTERM) from None
     except RunInUseError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -13,6 +13,7 @@ import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
 from proj.rundir.naming import run_directory
@@ -38,7 +39,9 @@ class Preemption(Callback):
     the job is requeued (``scontrol requeue``) when ``requeue`` is set, unless it was cancelled
     (``scancel``), and resumes with ``--ckpt_path auto``. A second Ctrl-C interrupts at once; a
     repeated SIGTERM (Slurm signals the job's steps and ``srun`` forwards it too) changes nothing. A
-    worker whose launcher dies stops the same way.
+    worker whose launcher dies stops the same way. In ``validate``, ``test`` (the one after ``fit``
+    too) and ``predict`` there is nothing to save: the process stops at the next batch with 128 +
+    signal, and the job is requeued, so that the evaluation runs again.
 
     Lightning's SLURM auto-requeue is switched off: on a signal of its own (SIGUSR1) it saves an
     ``hpc_ckpt_*.ckpt`` that ``--ckpt_path last`` does not look for, from inside rank 0's handler,
@@ -68,15 +71,24 @@ class Preemption(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._install(trainer)
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def _install(self, trainer: Trainer) -> None:
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
         distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
         if distributed and torch.distributed.get_backend() != "gloo":
             # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
             # the host wait for the device's queue to drain at every step.
             self._group = torch.distributed.new_group(backend="gloo")
-
-    def _install(self, trainer: Trainer) -> None:
-        if self._previous or threading.current_thread() is not threading.main_thread():
-            return
         self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
         # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
         # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
@@ -89,6 +101,16 @@ class Preemption(Callback):
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._leave()
+        self._release()
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            self._release()
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._release()
+
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._release()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -131,13 +153,41 @@ class Preemption(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
         if trainer.fit_loop._should_accumulate():
             return  # the gradients accumulated so far are in no checkpoint: stop once they are applied
+        if signum := self._agreed(trainer):
+            self._stop(trainer, signum)
+
+    def _agreed(self, trainer: Trainer) -> int:
+        """The signal any rank received, or 0: every rank calls this at the same point."""
         signum = self._signal
         if trainer.world_size > 1 and torch.distributed.is_initialized():
             flag = torch.tensor([signum])
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
             signum = int(flag.item())
-        if signum:
-            self._stop(trainer, signum)
+        return signum
+
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:  # in `fit`, the training step's end stops the run
+            self._stop_evaluating(trainer)
+
+    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._stop_evaluating(trainer)
+
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._stop_evaluating(trainer)
+
+    def _stop_evaluating(self, trainer: Trainer) -> None:
+        """Lightning's own handler would end the evaluation with exit code 0 (``predict``: finish it),
+        a success to a scheduler, with its metrics or predictions never written."""
+        if not (signum := self._agreed(trainer)):
+            return
+        stage = trainer.state.fn.value
+        rank_zero_info(
+            f"Received {signal.Signals(signum).name} in `{stage}`: stopped before its end, and nothing "
+            f"of it is kept. Run the command again (after `fit`: `--ckpt_path last` runs the test)."
+        )
+        self._requeue(trainer, signum)
+        self._ignore_repeats(trainer)
+        raise Preempted(128 + signum)
 
     # Lightning writes the step's row of metrics after ``on_train_batch_end``, so the process leaves
     # at the next batch's start (or the next epoch's, or the end of training). A validation or an
@@ -169,11 +219,14 @@ class Preemption(Callback):
             f"Received {signal.Signals(signum).name} at step {trainer.global_step}: saved {path}. "
             f"Resume with: python -m proj fit {configs} --ckpt_path {path}"
         )
+        self._requeue(trainer, signum)
+        self._ignore_repeats(trainer)
+        self._exit_code = 128 + signum
+
+    def _requeue(self, trainer: Trainer, signum: int) -> None:
         job = os.environ.get("SLURM_JOB_ID")
         if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
             requeue_slurm_job(job)
-        self._ignore_repeats(trainer)
-        self._exit_code = 128 + signum
 
     def _ignore_repeats(self, trainer: Trainer) -> None:
         """On its way out with 128 + signal, the process ignores SIGTERM: Slurm signals the job's
