@@ -371,3 +371,10 @@ def test_a_resume_with_other_settings_names_them_and_saves_its_config_beside(run
         "config.from_step_42.yaml",
         "config.yaml",
     ]
+    step = global_step(run_copy / "checkpoints" / "last.ckpt")
+    (run_copy / "config.from_step_42.yaml").write_text("trainer: [")  # spoilt by hand: the resume goes on
+    with pytest.warns(UserWarning, match=r"config\.from_step_42\.yaml cannot be read \(ParserError\)"):
+        fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
+    assert (
+        yaml.safe_load((run_copy / f"config.from_step_{step}.yaml").read_text())["trainer"]["max_epochs"] == 3
+    )

@@ -65,7 +65,10 @@ class RunConfigSaver(SaveConfigCallback):
         earlier = [int(n) for n in resumes if n.isdigit() and int(n) <= step]
         in_effect = path.with_name(f"{path.stem}.from_step_{max(earlier)}.yaml") if earlier else path
         config = self.parser.dump(self.config, skip_unset=False)
-        changed = differences(yaml.safe_load(config), yaml.safe_load(in_effect.read_text()))
+        try:
+            changed = differences(yaml.safe_load(config), yaml.safe_load(in_effect.read_text()))
+        except (OSError, yaml.YAMLError) as error:  # edited by hand: the resume's settings still kept
+            changed = [f"{in_effect.name} cannot be read ({type(error).__name__})"]
         if not changed:
             return
         resumed = path.with_name(f"{path.stem}.from_step_{step}.yaml")
