@@ -21,7 +21,7 @@ import yaml
 
 import launch
 from conftest import ROOT, TINY_FIT, config, fit, kill_at, small_gpt
-from proj.cli import main
+from proj.cli import ProjCLI, main
 
 RUN = Path("runs/digits/version_0")
 # Two epochs at a rate that overshoots: val/loss worsens in the second epoch (2.2, then 7.8).
@@ -342,39 +342,57 @@ def test_a_resume_names_the_settings_its_checkpoint_overrides(run_copy):
 
 
 @pytest.mark.slow
-def test_a_resume_with_other_settings_names_them_and_saves_its_config_beside(run_copy):
+def test_a_resume_with_other_settings_names_them_and_saves_its_config_beside(workdir):
     """The run's config.yaml keeps the settings it began with; a resume that trains on with others
-    (a longer max_epochs, a flag left off) says each one and leaves its own config in the run."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fit("digits.yaml", extra=(*WORSENING, "--ckpt_path=last"))
-    assert not [w for w in caught if "other settings" in str(w.message)], "the same settings: nothing said"
+    (a longer max_epochs, a flag left off) says each one and leaves its own config in the run. Each
+    resume here trains (a checkpoint every 10 steps, all kept, to resume from): one with nothing left
+    to train starts no training and is compared with nothing."""
+    every_10_steps = """
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        {every_n_train_steps: 10, save_top_k: -1, filename: "step{step:04d}", auto_insert_metric_name: false}
+"""
+    Path("steps.yaml").write_text(every_10_steps)
+    same = ["fit", "--config", config("digits.yaml"), "--config", "steps.yaml", *WORSENING]
+    main(same)
+    checkpoints = workdir / RUN / "checkpoints"
+
+    def resumed(*args: str) -> tuple[ProjCLI, list[str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cli = main([*same, *args])
+        return cli, [str(w.message) for w in caught if "other settings" in str(w.message)]
+
+    assert resumed(f"--ckpt_path={checkpoints / 'step0020.ckpt'}")[1] == [], "the same settings: nothing said"
     longer = ("--trainer.max_epochs=3", "--data.batch_size=32", "--test_after_fit=false")
-    with pytest.warns(UserWarning, match="other settings") as caught:
-        cli = fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
-    said = next(str(w.message) for w in caught if "other settings" in str(w.message))
-    assert said == (
+    cli, said = resumed(*longer, "--ckpt_path=last")
+    assert said == [
         f"Resuming {RUN} with other settings than its config.yaml: data.init_args.batch_size=32 (was 64); "
         "test_after_fit=false (was true); trainer.max_epochs=3 (was 2). The run trains on with these "
         f"(saved in {RUN}/config.from_step_42.yaml); to resume it with the earlier ones: "
         f"python -m proj fit --config {RUN}/config.yaml --ckpt_path last"
-    )
+    ]
     assert cli.datamodule.batch_size == 32 and cli.trainer.current_epoch == 3, "what it says is what ran"
-    saved = yaml.safe_load((run_copy / "config.from_step_42.yaml").read_text())
+    saved = yaml.safe_load((workdir / RUN / "config.from_step_42.yaml").read_text())
     assert (saved["data"]["init_args"]["batch_size"], saved["trainer"]["max_epochs"]) == (32, 3)
-    assert yaml.safe_load((run_copy / "config.yaml").read_text())["trainer"]["max_epochs"] == 2, "kept"
-    with warnings.catch_warnings(record=True) as caught:  # a requeued job: the same command again
-        warnings.simplefilter("always")
-        fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
-    assert not [w for w in caught if "other settings" in str(w.message)], "as the last resume: nothing said"
-    assert sorted(p.name for p in run_copy.glob("config*.yaml")) == [
+    assert yaml.safe_load((workdir / RUN / "config.yaml").read_text())["trainer"]["max_epochs"] == 2, "kept"
+    # A requeued job: the same command again, from a checkpoint of the resume it repeats.
+    assert resumed(*longer, f"--ckpt_path={checkpoints / 'step0060.ckpt'}")[1] == [], "as the last resume"
+    assert sorted(p.name for p in (workdir / RUN).glob("config*.yaml")) == [
         "config.from_step_42.yaml",
         "config.yaml",
     ]
-    step = global_step(run_copy / "checkpoints" / "last.ckpt")
-    (run_copy / "config.from_step_42.yaml").write_text("trainer: [")  # spoilt by hand: the resume goes on
-    with pytest.warns(UserWarning, match=r"config\.from_step_42\.yaml cannot be read \(ParserError\)"):
-        fit("digits.yaml", extra=(*WORSENING, *longer, "--ckpt_path=last"))
-    assert (
-        yaml.safe_load((run_copy / f"config.from_step_{step}.yaml").read_text())["trainer"]["max_epochs"] == 3
-    )
+    step = global_step(checkpoints / "last.ckpt")
+    (workdir / RUN / "config.from_step_42.yaml").write_text(
+        "trainer: ["
+    )  # spoilt by hand: the resume goes on
+    assert resumed(*longer, "--ckpt_path=last", "--trainer.max_epochs=4")[1] == [
+        f"Resuming {RUN} with other settings than its config.from_step_42.yaml: config.from_step_42.yaml "
+        f"cannot be read (ParserError). The run trains on with these (saved in {RUN}/config.from_step_"
+        f"{step}.yaml); to resume it with the earlier ones: "
+        f"python -m proj fit --config {RUN}/config.from_step_42.yaml --ckpt_path last"
+    ]
+    resumed_config = yaml.safe_load((workdir / RUN / f"config.from_step_{step}.yaml").read_text())
+    assert resumed_config["trainer"]["max_epochs"] == 4

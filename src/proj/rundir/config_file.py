@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 import yaml
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
@@ -36,6 +35,8 @@ class RunConfigSaver(SaveConfigCallback):
     broadcast, so under DDP every rank agrees and only rank 0 writes.
     """
 
+    resumed_run: Path | None = None  # the config.yaml of the run a `fit` resumes, on rank 0
+
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.already_saved:
             return
@@ -46,8 +47,8 @@ class RunConfigSaver(SaveConfigCallback):
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
-            elif stage == "fit" and Path(str(self.config.get("ckpt_path"))).is_file():  # not `hpc`
-                self.save_resume(path, self.config.ckpt_path)
+            elif stage == "fit" and self.config.get("ckpt_path"):
+                self.resumed_run = path  # compared once the checkpoint is restored, if it trains on
             for logger in trainer.loggers:
                 if isinstance(logger, WandbLogger):
                     upload_config(logger, path)
@@ -55,12 +56,16 @@ class RunConfigSaver(SaveConfigCallback):
                     upload_config_to_mlflow(logger, path)
         self.already_saved = True
 
-    def save_resume(self, path: Path, ckpt_path: str) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.resumed_run is not None:
+            self.save_resume(self.resumed_run, trainer.global_step)
+
+    def save_resume(self, path: Path, step: int) -> None:
         """A resume whose settings differ from those the run last trained with (its ``config.yaml``,
-        or the newest resume's config) trains on with them: said, setting by setting, and its config
-        saved beside as ``config.from_step_<N>.yaml``, so the run's folder says how each step was
-        trained. A requeued job resuming with the same settings again says nothing."""
-        step = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)["global_step"]
+        or the newest resume's config) trains on with them from optimizer step ``step``: said,
+        setting by setting, and its config saved beside as ``config.from_step_<N>.yaml``, so the
+        run's folder says how each step was trained. A requeued job resuming with the same settings
+        again says nothing, and a resume with nothing left to train (no training starts) nothing."""
         resumes = [p.stem.rpartition("_")[2] for p in path.parent.glob(f"{path.stem}.from_step_*.yaml")]
         earlier = [int(n) for n in resumes if n.isdigit() and int(n) <= step]
         in_effect = path.with_name(f"{path.stem}.from_step_{max(earlier)}.yaml") if earlier else path
