@@ -11,10 +11,10 @@ CONFIG ?= configs/digits.yaml
 PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile --durations=20
 PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
-.PHONY: help install train test test-fast test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename clean
+.PHONY: help install train test test-kit test-fast test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename upgrade-kit clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet "uv>=0.5"
@@ -28,19 +28,26 @@ install: .venv/.installed ## create .venv from uv.lock (installs uv first if mis
 train: install ## train the offline default (digits), then test its best checkpoint
 	$(RUN) python -m proj fit --config $(CONFIG)
 
-test: install ## the whole test suite (what CI runs)
+test: install ## this project's tests (tests/): its configs, models, data, README and notebooks
 	$(PYTEST)
+
+# The kit's own tests run on a tiny project of their own (kit/tests/tinyproj), with kit/pyproject.toml's
+# pytest settings: the kit is tested as it ships, whatever this project's code is.
+test-kit: install ## the kit's tests (kit/tests): the CLI, checks, resume, preemption, DDP, sweeps, export
+	$(PYTEST) kit/tests
 
 test-fast: install ## the edit loop: skips tests marked slow
 	$(PYTEST) -m "not slow"
 
-# The tests marked `cluster` (which `make test` leaves out) submit jobs to the local cluster; four at
-# a time, as most of their time is waiting (tests/test_cluster.py says how they are dealt to the
-# workers). A cluster that does not start fails here, with its message.
-# It has two nodes, for the job that spans both.
+# The tests marked `cluster` (which `make test` and `make test-kit` leave out) submit jobs to the local
+# cluster, four at a time, as most of their time is waiting: the kit's (kit/tests/test_cluster.py says
+# how they are dealt to the workers), then this project's documented job scripts (tests/test_cluster.py).
+# A cluster that does not start fails here, with its message. It has two nodes, for the job that spans both.
 test-cluster: export NODES = 2
+test-cluster: export SLURM_CONF = $(CURDIR)/.cluster/slurm/slurm.conf
 test-cluster: install cluster ## the Slurm and PostgreSQL tests, on a local cluster of two nodes (starts it)
-	SLURM_CONF=$(CURDIR)/.cluster/slurm/slurm.conf $(RUN) pytest -p no:randomly -m cluster -n 4 --dist load
+	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load kit/tests
+	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load tests
 
 cluster: ## start a Slurm cluster of NODES nodes (default 1) and a PostgreSQL server here (.cluster/; prints the --storage URL)
 	scripts/cluster.sh start
@@ -50,13 +57,16 @@ cluster-stop: ## stop what `make cluster` started
 
 # A test that passes only in one order, or at one thread count, fails here. pytest-randomly prints
 # the seed it shuffled with; `make test-shuffled SEED=N` repeats that order.
-test-shuffled: install ## the fast tests again at 2 threads a process, in a random order (CI runs it)
+test-shuffled: install ## the fast tests of both suites again at 2 threads a process, in a random order
 	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED))
+	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) kit/tests
 
-# The fuzzers of tests/test_fuzz*.py at length: `make test` runs 500 config values and 60 image-folder
-# trees (a tenth of them through the CLI); this runs FUZZ_EXAMPLES of each.
+# The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, ...) and this project's
+# (tests/test_fuzz*.py: image-folder trees). `make test` and `make test-kit` run a few hundred cases of
+# each; this runs FUZZ_EXAMPLES of each.
 FUZZ_EXAMPLES ?= 5000
 fuzz: install ## the fuzzers with many more cases (FUZZ_EXAMPLES=5000)
+	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 kit/tests/test_fuzz*.py
 	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 tests/test_fuzz*.py
 
 lint: install ## ruff lint and format check
@@ -76,6 +86,14 @@ mlflow-ui: install ## MLflow's UI on the runs logged with configs/logger/mlflow.
 rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject (then re-locks)
 	python3 scripts/rename.py "$(NAME)"
 	$(UV) lock
+
+# The kit (kit/) is the template's machinery: replaced whole by another version's, never merged, so
+# an upgrade cannot conflict. Then uv.lock is made again and TESTS (default: test) run.
+#   make upgrade-kit REF=v1.2.0                      # from the remote `template` (else `origin`)
+#   make upgrade-kit REF=main FROM=https://github.com/<owner>/<template>.git
+TESTS ?= test
+upgrade-kit: | $(UV) ## replace kit/ with the template's at REF (FROM: its repository), relock, run the tests
+	UV=$(UV) python3 kit/scripts/upgrade.py "$(REF)" $(if $(FROM),--from "$(FROM)") --tests "$(TESTS)"
 
 clean: cluster-stop ## remove the environment, caches, runs/ and .cluster/ (data/ is kept)
 	rm -rf .cluster .venv .tools .pytest_cache .ruff_cache runs lightning_logs

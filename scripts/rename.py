@@ -2,7 +2,9 @@
 
 Moves ``src/proj`` to ``src/<name>`` and rewrites ``proj`` wherever it stands as a whole
 word, so imports, ``python -m proj``, class paths in configs, ``pyproject.toml``, docs, tests,
-notebooks and CI all follow, while words that merely contain it ("project") are left alone. It is
+notebooks and CI all follow, while words that merely contain it ("project") are left alone. The kit
+(``kit/``, the template's machinery, ``projkit``) is never touched: it names no project, so that a
+later ``make upgrade-kit`` replaces it without a conflict. It is
 meant to be run once, on a fresh copy of the template: a later run would rewrite every whole word
 equal to the current name, including in prose.
 
@@ -24,7 +26,7 @@ OLD = "proj"
 ROOT = Path(__file__).resolve().parents[1]
 # Environments, caches and run outputs: never the project's own text, and often large.
 SKIP_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
-SKIP_AT_ROOT = {".venv", ".tools", "runs", "data", "wandb", "lightning_logs", "build", "dist"}
+SKIP_AT_ROOT = {".venv", ".tools", "runs", "data", "wandb", "lightning_logs", "build", "dist", "kit"}
 SKIP_FILES = {"uv.lock"}
 
 

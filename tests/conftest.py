@@ -18,11 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from projkit.context import use
+
+from proj import PROJECT
 
 # Under `make test` each core runs a worker (pytest-xdist): one thread per process, set before torch
 # is imported and inherited by the training processes tests start, keeps them from oversubscribing.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The kit's commands in this process (tests/launch.py's forked ones too) run for this project.
+use(PROJECT)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -87,10 +93,6 @@ def each_experiment(fast: tuple[str, ...] = ONE_PER_TASK) -> list:
     return [pytest.param(e, marks=[] if e in fast else [pytest.mark.slow]) for e in EXPERIMENTS]
 
 
-# The two tasks, as the fault tests run them: the experiment's config and its run's name under runs/.
-TASKS = {"image": ("digits.yaml", "digits"), "text": ("shakespeare_char_cpu.yaml", "shakespeare_char_cpu")}
-
-
 # One epoch of two training batches, one batch each of validation and test, no progress bar.
 TINY_FIT = (
     "--trainer.max_epochs=1",
@@ -107,7 +109,7 @@ def config(name: str) -> str:
 
 def fit(*configs: str, extra: tuple[str, ...] = ()):
     """``fit`` in this process on the shipped configs ``configs`` (stacked in order), then ``extra``."""
-    from proj.cli import main
+    from proj import main
 
     args = ["fit"]
     for name in configs:
@@ -138,17 +140,11 @@ def step_checkpoints(every: int) -> str:
 """
 
 
-def fault(class_name: str, **init_args) -> str:
-    """The lines of an overlay's ``trainer.callbacks+:`` list that add ``faults.<class_name>``."""
-    args = "".join(f"\n        {k}: {v}" for k, v in init_args.items())
-    return f"    - class_path: faults.{class_name}\n      init_args:{args}\n"
-
-
 def kill_at(step: int, group: bool = False, rank: int | None = None) -> str:
     """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
     rank of the job at once; ``rank``: that rank only)."""
     return f"""
-    - class_path: faults.KillAtStep
+    - class_path: projkit.testing.KillAtStep
       init_args:
         step: {step}
         group: {str(group).lower()}

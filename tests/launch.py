@@ -1,4 +1,4 @@
-"""``python -m proj`` as most tests start it: ``proj.preloaded``'s process, forked from a
+"""``python -m proj`` as most tests start it: ``projkit.preloaded``'s process, forked from a
 server that has imported torch, Lightning and the CLI once, instead of a new interpreter that
 imports them again (about 6 s of CPU a start here, more than a short run's training), with what
 ``subprocess`` gives a test: its output captured, a timeout. The tests of what a process does while
@@ -15,7 +15,7 @@ import tempfile
 import weakref
 from pathlib import Path
 
-from proj import preloaded
+from projkit import preloaded
 
 
 class Process:

@@ -1,24 +1,22 @@
-"""Bad input, row by row from ``bad_inputs.CASES``: each is refused (or, for a warning, said) with
-the field or file and the fix, exits with its code without a traceback, runs no code from a
-checkpoint, and leaves an earlier run's files as they were and no new run directory behind.
-docs/errors.md quotes every row's message."""
+"""Bad input to this project's own modules, row by row from ``bad_inputs.CASES``: each is refused
+(or, for a warning, said) with the field or file and the fix, exits with its code without a
+traceback, runs no code from a checkpoint, and leaves an earlier run's files as they were and no new
+run directory behind. The errors page (kit/docs/errors.md) or the project's docs (docs/data.md,
+docs/models.md) quote every row's message. The kit's own refusals: kit/tests/test_bad_input.py."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-import launch
 from bad_inputs import CASES, MARKER, QUICK, Case
 from conftest import ROOT, config
-from proj.cli import main
+from proj import main
 
 
 @pytest.fixture(scope="module")
@@ -100,57 +98,11 @@ def test_bad_input(case: Case, baseline, workdir, monkeypatch, capsys):
     assert "Given value: Namespace" not in output
 
 
-@pytest.mark.slow
-def test_full_disk_is_said_as_such(baseline, workdir, monkeypatch, capsys):
-    """runs/ on a file system with room for the earlier run and a new run's small files but not its
-    checkpoint: a tmpfs of that size, where torch's zip writer says only ``unexpected pos``."""
-    if os.geteuid() != 0:
-        pytest.skip(
-            "mounts a small tmpfs on runs/, which needs root (CI runs as root): "
-            "sudo .venv/bin/python -m pytest tests/test_bad_input.py -k full_disk"
-        )
-    runs = workdir / "runs"
-    runs.mkdir()
-    room = sum(p.stat().st_size for p in baseline.rglob("*") if p.is_file()) // 1024 + 256
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={room}k", "tmpfs", str(runs)], check=True)
-    try:
-        shutil.copytree(baseline, runs, dirs_exist_ok=True)
-        before = digests(runs)
-        monkeypatch.delenv("PROJ_DEBUG")
-        with pytest.raises(SystemExit) as exit_info:
-            main(["fit", "--config", config("digits.yaml"), *QUICK])
-        message, *rest = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-        assert exit_info.value.code == 2
-        assert message.startswith("error: cannot write 'runs/digits/version_1/checkpoints/"), message
-        assert "no space left" in message and rest == ["(PROJ_DEBUG=1 shows where it was raised.)"]
-        assert run_dirs(runs) == {"digits/version_0"}
-        assert digests(runs) == before
-    finally:
-        # Lazily: a memory-mapped read still held by the error's traceback keeps the folder busy.
-        subprocess.run(["umount", "--lazy", str(runs)], check=True)
-
-
-FAQ = (ROOT / "docs" / "errors.md").read_text()
+# Where a message is quoted with its fix: the errors page, or the page of the module that says it.
+PAGES = ("kit/docs/errors.md", "docs/data.md", "docs/models.md")
+FAQ = "\n".join((ROOT / page).read_text() for page in PAGES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{case.kind}: {case.name}" for case in CASES])
 def test_readme_faq_quotes_the_message(case: Case):
-    assert case.words[0] in FAQ, f"docs/errors.md lacks `{case.words[0]}`"
-
-
-def python_m_proj(args: list[str], workdir: Path) -> subprocess.CompletedProcess:
-    return launch.run(args, workdir, {**os.environ, "PROJ_DEBUG": ""})
-
-
-@pytest.mark.slow
-def test_no_traceback_at_the_top_level_unless_asked(workdir):
-    """As a user runs it: one line of error and exit code 2; with PROJ_DEBUG=1 (as this file's other
-    tests run) the error itself is raised, so Python prints its traceback."""
-    args = ["fit", "--config", config("digits.yaml"), "--model.init_args.net.init_args.channels=[0]"]
-    plain = python_m_proj(args, workdir)
-    assert plain.returncode == 2, plain.stderr[-2000:]
-    assert "Traceback" not in plain.stderr and "net.channels must be" in plain.stderr
-    assert "PROJ_DEBUG=1 shows" in plain.stderr
-    with pytest.raises(ValueError, match=r"net\.channels must be"):
-        main(args)
-    assert not (workdir / "runs").exists() or not any((workdir / "runs").glob("*/*"))
+    assert case.words[0] in FAQ, f"none of {', '.join(PAGES)} quotes `{case.words[0]}`"

@@ -1,14 +1,14 @@
-"""On the local Slurm cluster and PostgreSQL server of `make cluster` (`make test-cluster` starts them):
-scripts/slurm.sbatch over 2 tasks, a requeued job resuming to the uninterrupted job's very weights, a
-time limit the job saves and requeues itself before, scancel, and sweeps whose workers share a
-PostgreSQL study, started together and as a job array. Never skipped: without the cluster they fail."""
+"""The template's own Slurm scripts on the local Slurm cluster and PostgreSQL server of `make cluster`
+(`make test-cluster` starts them), run as the README and the scripts' headers show them:
+`sbatch scripts/slurm.sbatch configs/digits.yaml ...` over 2 tasks, and scripts/sweep.sbatch as a job
+array of workers sharing a PostgreSQL study. What the kit does in such jobs (requeue, time limits,
+scancel, DDP over nodes, sweeps on PostgreSQL) is tested on its tiny project, in
+kit/tests/test_cluster.py. Never skipped: without the cluster they fail."""
 
 from __future__ import annotations
 
 import csv
 import os
-import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -16,21 +16,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from conftest import ROOT, config
-from proj.sweep import storage_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SLURM_CONF = ROOT / ".cluster" / "slurm" / "slurm.conf"
+# `make test-cluster` names the checkout's cluster; the tests find it there too.
+SLURM_CONF = Path(os.environ.get("SLURM_CONF") or ROOT / ".cluster" / "slurm" / "slurm.conf")
 POSTGRES = "postgresql://postgres@127.0.0.1:15432"
 ENV = {
     **os.environ,
     "SLURM_CONF": str(SLURM_CONF),
     "PYTHON": sys.executable,
-    "PYTHONPATH": str(ROOT / "tests"),
     "OMP_NUM_THREADS": "1",
     # The nodes node1 and node2 of `make test-cluster` resolve nowhere: rank 0 is found here instead.
     "MASTER_ADDR": "127.0.0.1",
@@ -91,13 +89,6 @@ def scontrol(*args: str) -> None:
     subprocess.run(["scontrol", *args], env=ENV, check=True, capture_output=True)
 
 
-def wait_for(what: str, check, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
 def wait_until_done(job_id: str, timeout: float = 300, release: bool = True) -> dict[str, str]:
     """The job's final state. A requeued job waits 2 minutes (Slurm's BeginTime for requeued jobs);
     with ``release`` it starts at once instead."""
@@ -119,19 +110,6 @@ def output(folder: Path, job_id: str) -> str:
 def training_rows(run: Path) -> list[dict[str, str]]:
     with open(run / "metrics.csv", newline="") as f:
         return [{k: v for k, v in row.items() if k not in TIMINGS} for row in csv.DictReader(f)]
-
-
-def touch_at(step: int) -> str:
-    """An overlay whose callback creates ``ready`` (in the job's folder) at ``step``."""
-    return yaml.safe_dump(
-        {
-            "trainer": {
-                "callbacks+": [
-                    {"class_path": "faults.TouchAtStep", "init_args": {"step": step, "path": "ready"}}
-                ]
-            }
-        }
-    )
 
 
 @pytest.fixture
@@ -189,129 +167,6 @@ def check_study(name: str, url: str, n_trials: int, outputs: list[str], folder: 
     return trials
 
 
-# `make test-cluster` runs these on 4 workers, and xdist deals 7 tests round-robin, so the 4th, the
-# time-limit job (90 to 120 s, mostly waiting for Slurm's warning), has its worker to itself and the
-# others go two to a worker: none runs much longer than that job.
-def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers_trial(tmp_path, database):
-    import optuna
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-    from optuna.trial import TrialState
-
-    folder = workdir(tmp_path, "sweep")
-    sweep = write_sweep(folder, "shared", n_trials=4)
-    command = [sys.executable, "-m", "proj", "sweep", "--config", str(sweep), "--storage", database]
-    logs = [folder / f"worker{i}.log" for i in range(3)]
-    workers = []
-    for log in logs:
-        with open(log, "w") as out:
-            workers.append(
-                subprocess.Popen(command, cwd=folder, env=ENV, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-            )  # fmt: skip
-
-    def running() -> list:
-        try:  # storage_for waits out the workers creating the tables
-            study = optuna.load_study(study_name="shared", storage=storage_for(database))
-        except KeyError:  # not created yet
-            return []
-        return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-
-    wait_for("three trials running at once", lambda: len(running()) == 3)
-    victim = running()[0]
-    pid = int(victim.user_attrs["worker"].rsplit(":", 1)[1])
-    os.killpg(pid, signal.SIGKILL)  # the worker and its trial
-    killed = next(w for w in workers if w.pid == pid)
-    # Reaped at once, as a shell reaps its job: a zombie still answers kill(pid, 0), so the others
-    # would take its worker for alive and its trial for running.
-    killed.wait(timeout=60)
-    for worker in workers:
-        worker.wait(timeout=300)
-    outputs = [log.read_text() for log in logs]
-    assert killed.returncode == -signal.SIGKILL and all(w.returncode == 0 for w in workers if w is not killed)
-
-    trials = check_study("shared", database, 4, outputs, folder)
-    assert trials[victim.number].state == TrialState.FAIL
-    retries = [t for t in trials if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == victim.number]
-    assert len(retries) == 1 and retries[0].params == victim.params and retries[0].state != TrialState.FAIL
-
-
-def test_a_requeued_job_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
-    """`scontrol requeue` mid-run: last.ckpt saved, exit 143, the job starts again, `--ckpt_path auto`
-    resumes it, and it ends with the very weights and metrics of the same job left alone."""
-    jobs = {}
-    for name in ("alone", "requeued"):
-        folder = workdir(tmp_path, name)
-        (folder / "touch.yaml").write_text(touch_at(15))
-        jobs[name] = (folder, fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2"))
-    folder, requeued = jobs["requeued"]
-    wait_for("step 15 of the job", (folder / "ready").exists)
-    scontrol("requeue", requeued)
-    infos = {name: wait_until_done(job_id) for name, (_, job_id) in jobs.items()}
-
-    log = output(folder, requeued)
-    assert (infos["requeued"]["JobState"], infos["requeued"]["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
-    assert infos["requeued"]["Restarts"] == "1" and infos["alone"]["Restarts"] == "0"
-    assert log.count("Received SIGTERM at step") == 1 and "exit code 143" in log
-    assert "UserWarning: Received" not in log and "auto-requeue" not in log  # one mechanism, a plain line
-    assert f"Slurm job {requeued} is COMPLETING: Slurm is ending it (requeued or cancelled)" in log
-    assert "Restoring states from the checkpoint" in log
-    runs = {name: folder / "runs" / "digits" / "version_0" for name, (folder, _) in jobs.items()}
-    assert not (jobs["requeued"][0] / "runs" / "digits" / "version_1").exists()  # one run directory
-    weights = {
-        name: torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for name, run in runs.items()
-    }
-    assert weights["requeued"]["global_step"] == weights["alone"]["global_step"] == 42
-    alone, again = weights["alone"]["state_dict"], weights["requeued"]["state_dict"]
-    assert alone.keys() == again.keys() and all(torch.equal(alone[k], again[k]) for k in alone)
-    assert training_rows(runs["requeued"]) == training_rows(runs["alone"])  # every row once, the same
-
-
-def test_scancel_stops_the_job_for_good_and_the_printed_command_resumes_it(tmp_path):
-    folder = workdir(tmp_path, "scancel")
-    (folder / "touch.yaml").write_text(touch_at(5))
-    job_id = fit_job(folder, "--config", "touch.yaml", "--trainer.max_epochs=2")
-    wait_for("step 5 of the job", (folder / "ready").exists)
-    subprocess.run(["scancel", job_id], env=ENV, check=True)
-    info = wait_until_done(job_id, release=False)
-    time.sleep(2)  # long enough for a requeue to show
-    info = job(job_id)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["Restarts"]) == ("CANCELLED", "0"), log[-3000:]
-    assert "exit code 143" in log and "so it is not requeued here" in log
-    command = log.split("Resume with: ", 1)[1].splitlines()[0]
-    expected = "python -m proj fit --config runs/digits/version_0/config.yaml --ckpt_path "
-    assert command.startswith(expected)
-    resumed = subprocess.run(
-        [sys.executable, *shlex.split(command)[1:]], cwd=folder, env=ENV, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
-    assert last["global_step"] == 42 and not (folder / "runs/digits/version_1").exists()
-
-
-def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_start(tmp_path):
-    """`--time=2 --signal=TERM@30`: Slurm warns the job 30 s before its 2 minutes are up (at its first
-    check of the time limits from then on: they are 30 s apart, so 90 to 120 s after the start), the
-    job saves and requeues itself, and its second start, unslowed, resumes and finishes in its own
-    first 90 s. A signal before training begins (a start slower than that) would end the job unsaved,
-    so the warning leaves a loaded machine 90 s to start."""
-    folder = workdir(tmp_path, "time")
-    slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 7.0}}
-    (folder / "slow.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [slow]}}))
-    job_id = fit_job(
-        folder, "--config", "slow.yaml", "--trainer.max_epochs=1", "--test_after_fit=false",
-        options=(*ONE_TASK, "--time=2", "--signal=TERM@30"),
-    )  # fmt: skip
-    info = wait_until_done(job_id, timeout=360)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
-    assert log.count("Received SIGTERM at step") == 1
-    assert f"Requeued Slurm job {job_id}" in log and "exit code 143" in log
-    last = torch.load(folder / "runs/digits/version_0/checkpoints/last.ckpt", weights_only=True)
-    assert last["global_step"] == 21
-
-
 def test_a_job_array_of_sweep_workers_shares_a_postgresql_study(tmp_path, database):
     folder = workdir(tmp_path, "array")
     sweep = write_sweep(folder, "array", n_trials=3)
@@ -323,25 +178,6 @@ def test_a_job_array_of_sweep_workers_shares_a_postgresql_study(tmp_path, databa
     assert [(i["JobState"], i["ExitCode"]) for i in infos] == [("COMPLETED", "0:0")] * 3, outputs
     trials = check_study("array", database, 3, outputs, folder)
     assert len({t.user_attrs["worker"] for t in trials}) >= 2  # the workers shared the trials
-
-
-def test_a_job_on_two_nodes_trains_digits_as_one_ddp_run(tmp_path):
-    """One task on each of two slurmd daemons: Slurm's variables make them ranks 0 and 1 of one run."""
-    folder = workdir(tmp_path, "nodes")
-    two = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
-    job_id = fit_job(folder, "--trainer.max_epochs=8", "--test_after_fit=true", options=tuple(two))
-    info = wait_until_done(job_id)
-    log = output(folder, job_id)
-    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
-    assert (info["NumNodes"], info["NumTasks"]) == ("2", "2")
-    assert info["NodeList"] == "node[1-2]", log[-3000:]
-    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log, log[-3000:]
-    run = folder / "runs" / "digits" / "version_0"
-    assert list(folder.glob("runs/**/config.yaml")) == [run / "config.yaml"]
-    trainer = yaml.safe_load((run / "config.yaml").read_text())["trainer"]
-    assert (trainer["num_nodes"], str(trainer["devices"])) == (2, "1")
-    (test_acc,) = [float(r["test/acc"]) for r in training_rows(run) if r["test/acc"]]
-    assert test_acc >= 0.95
 
 
 def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):

@@ -8,6 +8,7 @@ import random
 
 import pytest
 import yaml
+from projkit.cli import STANDARD_CALLBACKS
 
 from conftest import (
     CONFIGS,
@@ -22,7 +23,7 @@ from conftest import (
     each_experiment,
     experiment_args,
 )
-from proj.cli import STANDARD_CALLBACKS, main
+from proj import main
 
 
 def build(*configs: str, extra: tuple[str, ...] = ()):
@@ -138,26 +139,72 @@ def overlay_pairs() -> list:
     return pairs
 
 
+def overlay_effects() -> dict:
+    """What each overlay does, as the built Trainer shows it (for those that need a GPU, the parsed
+    config): one check per overlay file, so a new overlay needs its line here."""
+    from lightning.pytorch import callbacks, loggers, profilers, strategies
+    from projkit.callbacks import BatchSizeFinder, LearningRateFinder
+
+    def has(kind):
+        return lambda cli: any(isinstance(cb, kind) for cb in cli.trainer.callbacks)
+
+    def logger(kind):
+        return lambda cli: isinstance(cli.trainer.logger, kind)
+
+    return {
+        "trainer/cpu.yaml": lambda cli: (
+            cli.trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+            and cli.trainer.precision == "32-true"
+        ),
+        "trainer/ddp.yaml": lambda cli: (
+            isinstance(cli.trainer.strategy, strategies.DDPStrategy) and cli.trainer.num_devices == 2
+        ),
+        "trainer/gpu.yaml": lambda config: (
+            config["trainer"]["accelerator"] == "gpu" and config["trainer"]["precision"] == "bf16-mixed"
+        ),
+        "trainer/fsdp.yaml": lambda config: config["trainer"]["strategy"]["class_path"].endswith(
+            "FSDPStrategy"
+        ),
+        "debug/anomaly.yaml": lambda cli: cli.trainer._detect_anomaly is True,
+        "debug/fast_dev_run.yaml": lambda cli: (
+            bool(cli.trainer.fast_dev_run) and has(callbacks.ModelSummary)(cli)
+        ),
+        "debug/limit.yaml": lambda cli: (cli.trainer.max_epochs, cli.trainer.limit_train_batches) == (2, 4),
+        "debug/overfit.yaml": lambda cli: (
+            cli.trainer.overfit_batches == 1
+            and not has(callbacks.EarlyStopping)(cli)
+            and cli.config.test_after_fit is False
+        ),
+        "debug/profile.yaml": lambda cli: isinstance(cli.trainer.profiler, profilers.SimpleProfiler),
+        "logger/csv.yaml": logger(loggers.CSVLogger),
+        "logger/tensorboard.yaml": logger(loggers.TensorBoardLogger),
+        "logger/mlflow.yaml": logger(loggers.MLFlowLogger),
+        "logger/wandb.yaml": logger(loggers.WandbLogger),
+        "tune/batch_size.yaml": has(BatchSizeFinder),
+        "tune/lr_find.yaml": has(LearningRateFinder),
+    }
+
+
+def test_every_overlay_has_its_effect_checked():
+    assert sorted(overlay_effects()) == OVERLAYS
+
+
 @pytest.mark.parametrize(("experiment", "overlay"), overlay_pairs())
-def test_overlay_stacks_on_experiment(experiment, overlay, workdir, monkeypatch):
+def test_overlay_stacks_on_experiment_with_its_effect(experiment, overlay, workdir, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    effect = overlay_effects()[overlay]
     if overlay in ("trainer/gpu.yaml", "trainer/fsdp.yaml"):
         # No GPU here: parse only; building would ask for a CUDA device (Lightning's FSDP needs one).
-        args = [
-            "fit",
-            "--config",
-            config(experiment),
-            "--config",
-            config(overlay),
-            "--print_config",
-        ]
+        args = ["fit", "--config", config(experiment), "--config", config(overlay), "--print_config"]
         with pytest.raises(SystemExit) as exit_info:
-            main(args)
+            main([*args, *experiment_args(experiment)])
         assert exit_info.value.code in (0, None)
+        assert effect(yaml.safe_load(capsys.readouterr().out)), overlay
         return
     extra = ("--trainer.accelerator=cpu", "--trainer.devices=2") if overlay == "trainer/ddp.yaml" else ()
     cli = build(experiment, overlay, extra=(*extra, *experiment_args(experiment)))
     assert cli.model is not None and cli.datamodule is not None
+    assert effect(cli), f"{overlay} stacked on {experiment} did not take effect"
 
 
 def test_fsdp_overlay_shards_each_transformer_block():
@@ -197,7 +244,7 @@ def test_logger_overlay_keeps_experiment_name(workdir):
 def test_command_line_overrides_config(workdir):
     cli = build("digits.yaml", extra=("--trainer.max_epochs=3", "--data.batch_size=16"))
     assert cli.trainer.max_epochs == 3
-    assert cli.datamodule.batch_size == 16
+    assert cli.datamodule.hparams.batch_size == 16
 
 
 def test_environment_variable_sets_what_the_config_leaves_open(workdir, monkeypatch, capsys):
@@ -257,8 +304,7 @@ def test_sweep_command_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
 @pytest.mark.parametrize("sweep", OPTUNA_SWEEPS)
 def test_optuna_sweep_trial_is_accepted_by_the_cli(sweep, monkeypatch, capsys):
     import optuna
-
-    from proj.sweep import load_sweep, suggest, trial_args
+    from projkit.sweep import load_sweep, suggest, trial_args
 
     # The sweep's config paths are the repository's, as `python -m proj sweep` runs from its root.
     monkeypatch.chdir(ROOT)

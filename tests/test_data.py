@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 from lightning.pytorch import seed_everything
+from projkit.data.in_memory import TensorImageDataset
 from torch.utils.data import Dataset
 
 from conftest import fake_images
 from proj.data import CIFAR10DataModule, DigitsDataModule, MNISTDataModule
 from proj.data.augment import random_translate
-from proj.data.in_memory import TensorImageDataset
 
 
 def labels_of(dm: DigitsDataModule, split: str) -> torch.Tensor:
@@ -73,7 +73,7 @@ def test_augmentation_touches_training_batches_only():
 
 
 def test_training_order_is_a_function_of_seed_and_epoch_and_resumes_mid_epoch():
-    from proj.reliability import ResumableSampler
+    from projkit.reliability import ResumableSampler
 
     data = list(range(100))
     order = list(ResumableSampler(data, seed=3))
@@ -119,7 +119,7 @@ def test_a_per_item_dataset_gets_default_collation_workers_and_repeatable_draws(
     assert torch.equal(torch.get_rng_state(), before), "the global RNG, dropout's, is left alone"
     assert x.shape == (32, 1, 8, 8) and x.dtype == torch.uint8 and y.shape == (32,)
     assert dm.on_after_batch_transfer([x, y], 0)[0].dtype == torch.float32
-    dm.num_workers = 2
+    dm.hparams.num_workers = 2
     in_workers = list(dm.train_dataloader())
     assert torch.equal(in_workers[0][0], x), "the same noise drawn in a worker as in this process"
 

@@ -130,8 +130,8 @@ def option(args: list[str], name: str) -> str | None:
 
 
 def refusal(args: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
-    """Run ``proj.cli.main(args)``; its exit code and what it printed to stderr."""
-    from proj.cli import main  # Lightning's import: only for the test that runs commands
+    """Run ``proj.main(args)``; its exit code and what it printed to stderr."""
+    from proj import main  # Lightning's import: only for the test that runs commands
 
     capsys.readouterr()
     try:
@@ -150,8 +150,8 @@ def tail(err: str) -> str:
 def check_sweep(where: str, args: list[str], capsys: pytest.CaptureFixture) -> None:
     """``sweep`` is no LightningCLI subcommand and has no --print_config: its options must be ones
     its parser lists, and its config one that the sweep accepts (it is checked before any trial)."""
-    from proj.sweep import load_sweep
-    from proj.sweep import main as sweep
+    from projkit.sweep import load_sweep
+    from projkit.sweep import main as sweep
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:

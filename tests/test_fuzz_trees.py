@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from projkit.errors import ConfigError
 
 from conftest import config, write_png
-from proj.cli import main
+from proj import main
 from proj.data import ImageFolderDataModule
-from proj.errors import ConfigError
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "0"))
 

@@ -20,7 +20,7 @@ from torchvision.transforms import v2
 
 import launch
 from conftest import config, fit, kill_at, step_checkpoints, write_digit_folder, write_png
-from proj.cli import main
+from proj import main
 from proj.data import ImageFolderDataModule
 
 TESTS = Path(__file__).parent

@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch.nn import functional as F
 
 from conftest import CORPUS, config
-from proj.cli import main
+from proj import main
 from proj.data import TextDataModule
 from proj.models import LanguageModel
 from proj.nets import GPT

@@ -1,48 +1,33 @@
-"""``predict`` leaves its output behind: a CSV of classes for images (the test split or a folder of
-files) and the continued prompts of the language model, each in a new file of the run directory,
-whose path is printed."""
+"""``predict`` on the template's own data: the digits model on a folder of image files (grey and
+colour, small and large), 16-bit files, and bad folders refused by the digits module. The prediction
+writers themselves (files never overwritten, killed while writing, DDP order, the language model's
+continuations) are tested on the kit's tiny project, in kit/tests/test_predict.py."""
 
 from __future__ import annotations
 
 import csv
-import json
-import os
-import re
-import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from projkit.callbacks import PredictionFileWriter
 
-import launch
-from conftest import TINY_FIT, config, fit, small_gpt
-from proj.callbacks import PredictionFileWriter
-from proj.callbacks.prediction_writer import write_new_file
-from proj.cli import main
+from conftest import TINY_FIT, config, fit
+from proj import main
 
 QUIET = ("--trainer.enable_progress_bar=false",)
 
 
-def digits_run(folder: Path, *extra: str) -> Path:
-    """``last.ckpt`` of a digits run fitted in ``folder``."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        fit("digits.yaml", extra=(*extra, "--test_after_fit=false", *QUIET))
-    return folder / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
-
-
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two training steps: enough for a checkpoint, not for good predictions."""
-    return digits_run(tmp_path_factory.mktemp("tiny_digits"), *TINY_FIT)
-
-
-@pytest.fixture(scope="module")
-def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two epochs: test accuracy well above chance."""
-    return digits_run(tmp_path_factory.mktemp("trained_digits"), "--trainer.max_epochs=2")
+    """``last.ckpt`` of two digits training steps: enough for a checkpoint, not for good predictions."""
+    folder = tmp_path_factory.mktemp("tiny_digits")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        fit("digits.yaml", extra=(*TINY_FIT, "--test_after_fit=false", *QUIET))
+    return folder / "runs" / "digits" / "version_0" / "checkpoints" / "last.ckpt"
 
 
 def predict(*args: str):
@@ -59,85 +44,9 @@ def written(cli) -> Path:
     return writer.path
 
 
-def printed_path(out: str) -> Path:
-    (path,) = re.findall(r"^Predictions written to (.+)$", out, re.MULTILINE)
-    return Path(path)
-
-
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def model_on_test_split(cli) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The predicted class and its probability for each test sample, computed from the model
-    directly on the split as training sees it, and the true labels."""
-    test = cli.datamodule.splits["test"]
-    x, labels = cli.datamodule.on_after_batch_transfer((test.images, test.labels), 0)
-    with torch.no_grad():
-        probs, preds = cli.model.eval()(x).softmax(-1).max(-1)
-    return preds, probs, labels
-
-
-@pytest.mark.slow
-def test_digits_csv_has_the_models_class_for_each_test_sample(tiny_checkpoint, workdir, capsys):
-    cli = predict_digits(tiny_checkpoint)
-    path = written(cli)
-    assert re.fullmatch(r"predictions(-\d+)?\.csv", path.name)
-    assert printed_path(capsys.readouterr().out) == path
-    rows = read_csv(path)
-    preds, probs, _ = model_on_test_split(cli)
-    assert list(rows[0]) == ["index", "class", "probability"]
-    assert [int(row["index"]) for row in rows] == list(range(len(preds)))
-    assert {row["class"] for row in rows} <= set(cli.datamodule.classes)
-    written_probs = torch.tensor([float(row["probability"]) for row in rows])
-    assert ((written_probs > 0) & (written_probs <= 1)).all()
-    assert [int(row["class"]) for row in rows] == preds.tolist()
-    assert torch.allclose(written_probs, probs, atol=1e-6)
-
-
-@pytest.mark.slow
-def test_trained_digits_predictions_are_mostly_right(trained_checkpoint, workdir):
-    cli = predict_digits(trained_checkpoint)
-    rows = read_csv(written(cli))
-    _, _, labels = model_on_test_split(cli)
-    preds = torch.tensor([int(row["class"]) for row in rows])
-    assert (preds == labels).float().mean() > 0.5
-
-
-@pytest.mark.slow
-def test_a_second_predict_into_the_same_run_writes_a_new_file(tiny_checkpoint, workdir):
-    same_run = "--trainer.logger.init_args.version=7"
-    first = written(predict_digits(tiny_checkpoint, same_run))
-    before = first.read_bytes()
-    second = written(predict_digits(tiny_checkpoint, same_run))
-    assert second.parent == first.parent and re.fullmatch(r"predictions-\d+\.csv", second.name)
-    assert first.read_bytes() == before == second.read_bytes()
-
-
-def test_new_file_never_reuses_a_name(tmp_path):
-    names = [write_new_file(tmp_path / "run", "predictions", ".csv", print).name for _ in range(3)]
-    assert names == ["predictions.csv", "predictions-1.csv", "predictions-2.csv"]
-
-
-@pytest.mark.slow
-def test_a_predict_killed_while_writing_leaves_no_partial_file(tiny_checkpoint, workdir):
-    """A real SIGKILL halfway through the rows: the earlier complete file stays as it was, and the
-    killed command's file does not appear at all."""
-    same_run = "--trainer.logger.init_args.version=7"
-    first = written(predict_digits(tiny_checkpoint, same_run))
-    before = first.read_bytes()
-    overlay = workdir / "killed.yaml"
-    overlay.write_text("trainer:\n  callbacks+:\n    - class_path: faults.KillWhileWriting\n")
-    args = ["predict", "--config", config("digits.yaml"), "--config", str(overlay),
-            f"--ckpt_path={tiny_checkpoint}", same_run, *QUIET]  # fmt: skip
-    killed = launch.run(args, workdir, {**os.environ, "PYTHONPATH": str(Path(__file__).parent)})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert sorted(p.name for p in first.parent.glob("predictions*")) == ["predictions.csv"]
-    assert first.read_bytes() == before
-    # The next command on the run clears what the killed one left, and writes its file whole.
-    assert written(predict_digits(tiny_checkpoint, same_run)).read_bytes() == before
-    assert sorted(p.name for p in first.parent.iterdir() if p.name.endswith(".tmp")) == []
 
 
 def write_digit_files(folder: Path, images: torch.Tensor) -> list[str]:
@@ -211,58 +120,10 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
 )
 @pytest.mark.slow
 def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):
+    """The digits module's ``predict_path`` refuses a bad folder as the kit's image files do."""
     make(workdir / "mine")
     with pytest.raises((FileNotFoundError, ValueError), match=f"(?s){message}"):
         predict(
             "--config", config("digits.yaml"), "--data.init_args.predict_path=mine", "--allow_untrained=true"
         )
     assert not list(workdir.rglob("predictions*"))
-
-
-@pytest.mark.slow
-def test_language_model_prints_and_writes_each_continuation(workdir, capsys):
-    text_config = config("shakespeare_char_cpu.yaml")
-    tiny = ("--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1")
-    fit(
-        "shakespeare_char_cpu.yaml",
-        extra=small_gpt(*tiny, "--model.init_args.num_samples=0", "--test_after_fit=false", *QUIET),
-    )
-    checkpoint = workdir / "runs" / "shakespeare_char_cpu" / "version_0" / "checkpoints" / "last.ckpt"
-    capsys.readouterr()
-    prompts = ["ROMEO:", "JULIET:"]
-    args = (
-        "--config",
-        text_config,
-        f"--ckpt_path={checkpoint}",
-        *small_gpt(),
-        f"--data.init_args.predict_prompts={json.dumps(prompts)}",
-        "--model.init_args.predict_tokens=20",
-        "--trainer.logger.init_args.version=7",
-    )
-    path = written(predict(*args))
-    out = capsys.readouterr().out
-    assert printed_path(out) == path
-    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    assert [line["prompt"] for line in lines] == prompts
-    for line in lines:
-        assert line["text"].startswith(line["prompt"]) and len(line["text"]) == len(line["prompt"]) + 20
-        assert line["text"] in out
-
-    before = path.read_bytes()
-    again = written(predict(*args))
-    assert again.parent == path.parent and re.fullmatch(r"predictions-\d+\.jsonl", again.name)
-    assert path.read_bytes() == before
-
-
-@pytest.mark.slow
-def test_ddp_writes_the_single_process_file(tiny_checkpoint, workdir):
-    single = read_csv(written(predict_digits(tiny_checkpoint)))
-    ddp = ["--config", config("trainer/ddp.yaml"), "--trainer.accelerator=cpu", "--trainer.devices=2"]
-    args = ["predict", "--config", config("digits.yaml"), *ddp, f"--ckpt_path={tiny_checkpoint}", *QUIET]
-    result = launch.run(args, workdir)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_csv(workdir / printed_path(result.stdout))  # printed once, by rank 0
-    assert [row["index"] for row in rows] == [row["index"] for row in single]
-    assert [row["class"] for row in rows] == [row["class"] for row in single]
-    for row, expected in zip(rows, single, strict=True):
-        assert float(row["probability"]) == pytest.approx(float(expected["probability"]), abs=2e-6)

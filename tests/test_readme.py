@@ -16,7 +16,7 @@ import yaml
 from torch.nn import functional as F
 
 from conftest import ROOT, config, copy_repo
-from proj.cli import main
+from proj import main
 
 # A fenced block right after `<!-- file: PATH -->` is the whole content of the file at PATH.
 FILE_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```[a-z]*\n(?P<body>.*?\n)```", re.DOTALL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -84,6 +85,15 @@ def test_rename_rewrites_whole_words_only_and_skips_environment_and_lock(templat
         assert (template / untouchable).read_text() == f"{OLD}\n"
 
 
+def digests(folder: Path) -> dict[str, str]:
+    """Each file under ``folder`` by its path there, with its bytes' SHA-256."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 def words_starting_with_project(root: Path) -> int:
     return sum(
         len(re.findall(r"\bproject", p.read_text(errors="replace"))) for p in root.rglob("*") if p.is_file()
@@ -94,6 +104,7 @@ def words_starting_with_project(root: Path) -> int:
 def test_renamed_copy_keeps_no_old_name_lints_tests_and_trains(tmp_path):
     copy = copy_repo(tmp_path / "copy")
     projects = words_starting_with_project(copy)
+    kit = digests(copy / "kit")
     renamed = subprocess.run(
         [sys.executable, "scripts/rename.py", NEW], cwd=copy, capture_output=True, text=True, timeout=60
     )
@@ -109,20 +120,28 @@ def test_renamed_copy_keeps_no_old_name_lints_tests_and_trains(tmp_path):
     ]
     assert leftovers == []
     assert words_starting_with_project(copy) == projects
+    # The kit is the template's, renamed never: a later upgrade replaces it whole, without a conflict.
+    assert digests(copy / "kit") == kit
     pyproject = (copy / "pyproject.toml").read_text()
-    assert f'name = "{NEW}"' in pyproject and f'{NEW} = "{NEW}.cli:main"' in pyproject
+    assert f'name = "{NEW}"' in pyproject and f'{NEW} = "{NEW}:run"' in pyproject
     assert f'packages = ["src/{NEW}"]' in pyproject
 
     def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
         # The current environment's packages, with the copy's source first on the path.
-        env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy / "kit" / "src")])}
         return subprocess.run(
             [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout
         )
 
-    for lint in (["check", "--no-cache", "."], ["format", "--no-cache", "--check", "."]):
-        result = run("-m", "ruff", *lint, timeout=60)
-        assert result.returncode == 0, result.stdout[-3000:]
+    # What the rename rewrote must still lint (a longer name lengthens lines); the copy's other files
+    # are as they were, and a file of the owner's own that `make lint` refuses is `make lint`'s to say.
+    rewritten = [line.strip() for line in renamed.stdout.splitlines() if line.startswith("  ")]
+    python = [name for name in rewritten if name.endswith((".py", ".ipynb"))]
+    assert python, renamed.stdout
+    for lint in (["check", "--no-cache"], ["format", "--no-cache", "--check"]):
+        result = run("-m", "ruff", *lint, *python, timeout=60)
+        said = f"ruff {lint[0]} on the files the rename rewrote:\n{result.stdout[-3000:]}"
+        assert result.returncode == 0, said
     selection = "test_command_line_overrides_config or (test_fast_dev_run and digits)"
     tests = run("-m", "pytest", "-m", "not slow", "-q", "-x", "-p", "no:cacheprovider", "-k", selection)
     assert tests.returncode == 0, tests.stdout[-3000:]

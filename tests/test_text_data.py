@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch import seed_everything
+from projkit.errors import ConfigError
 
 from conftest import CORPUS, TINY_SHAKESPEARE, config, needs_tiny_shakespeare
-from proj.cli import main
+from proj import main
 from proj.data import CharTokenizer, TextDataModule
-from proj.errors import ConfigError
 
 VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
 
@@ -110,7 +110,7 @@ def test_tiny_shakespeare_splits():
 def test_block_size_is_stated_once_on_the_network(workdir):
     args = ["--config", config("shakespeare_char_cpu.yaml"), f"--data.init_args.path={CORPUS}"]
     cli = main([*args, "--model.init_args.net.init_args.block_size=32"], run=False)
-    assert cli.datamodule.block_size == cli.model.net.block_size == 32
+    assert cli.datamodule.hparams.block_size == cli.model.net.block_size == 32
     assert cli.model.vocab == cli.datamodule.vocab
     assert cli.model.net.transformer.wte.num_embeddings == len(set(CORPUS.read_text()))
 

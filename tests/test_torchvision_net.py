@@ -9,11 +9,11 @@ from urllib.error import URLError
 
 import pytest
 import torch
+from projkit.checks.model import warn_if_normalised_otherwise
 from torchvision.models import WeightsEnum, get_model
 
 from conftest import TINY_FIT, config
-from proj.checks.model import warn_if_normalised_otherwise
-from proj.cli import main
+from proj import main
 from proj.data import DigitsDataModule
 from proj.models import ImageClassifier
 from proj.nets import TorchvisionNet

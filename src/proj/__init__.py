@@ -1,8 +1,17 @@
-"""proj: a PyTorch Lightning project template (one CLI, configs that compose, two example tasks)."""
+"""proj: image classification and a character-level GPT, trained with the projkit template.
+
+This package is the project's own: its models, networks and data. The command line and everything
+else a run needs come from the kit (``projkit``), which reads this project's configs/defaults.yaml
+first: ``python -m proj fit --config configs/digits.yaml``,
+or ``proj.main(["fit", ...])`` in Python.
+"""
+
+from pathlib import Path
+
+from projkit import Project
 
 __version__ = "0.1.0"
 
-# The environment variable through which a sweep's worker (proj.sweep) tells its trial's `fit`
-# which study and trial to report to (proj.callbacks.pruning): JSON with storage, study, trial (its
-# number), metric and pruner. Here, where both read it without importing the other (Optuna; Lightning).
-TRIAL_ENV = "PROJ_SWEEP_TRIAL"
+PROJECT = Project(__name__, Path(__file__).resolve().parents[2] / "configs" / "defaults.yaml")
+run = PROJECT.run
+main = PROJECT.main

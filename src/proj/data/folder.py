@@ -11,21 +11,15 @@ import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from PIL import Image
+from projkit.data import checks
+from projkit.data.image_files import image_files, image_problem, image_problems, predict_files, refused_images
+from projkit.data.loaders import SplitLoaders
+from projkit.errors import ConfigError
+from projkit.reliability import TrainOrder
 from torch.utils.data import DataLoader, Dataset
-from torchvision.datasets.folder import IMG_EXTENSIONS
 from torchvision.transforms import v2
 
-from proj.data import checks
-from proj.data.image import (
-    adopt_network_normalisation,
-    image_problem,
-    image_problems,
-    predict_files,
-    refused_images,
-)
-from proj.data.loaders import SplitLoaders
-from proj.errors import ConfigError
-from proj.reliability import TrainOrder
+from proj.data.image import adopt_network_normalisation
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -110,22 +104,10 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.root = Path(root)
-        self.image_size = image_size
-        self.channels = channels
-        self.batch_size = batch_size
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.split_seed = split_seed
-        self.augment = augment
-        self.flip = flip
         self.crop_scale = tuple(crop_scale)
-        self.crop_fraction = crop_fraction
         self.mean = tuple(mean)
         self.std = tuple(std)
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
         self.predict_path = None if predict_path is None else Path(predict_path)
-        self.bad_files = bad_files
         self.predict_files: list[str] = []
         self.splits: dict[str, ImageFiles] = {}
         self.train_order = TrainOrder()
@@ -134,26 +116,27 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
 
     def check_settings(self) -> None:
         """Refuse settings no image can be cut or normalised with, before any file is read."""
-        checks.positive("image_size", self.image_size)
-        if self.channels not in (1, 3):
-            raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {self.channels}")
-        checks.loader_settings(self.batch_size, self.num_workers)
-        checks.fraction("val_fraction", self.val_fraction)
-        checks.fraction("test_fraction", self.test_fraction)
-        if self.val_fraction + self.test_fraction >= 1.0:
+        given = self.hparams
+        checks.positive("image_size", given.image_size)
+        if given.channels not in (1, 3):
+            raise ValueError(f"data.channels must be 1 (grey) or 3 (RGB), got {given.channels}")
+        checks.loader_settings(given.batch_size, given.num_workers)
+        checks.fraction("val_fraction", given.val_fraction)
+        checks.fraction("test_fraction", given.test_fraction)
+        if given.val_fraction + given.test_fraction >= 1.0:
             raise ValueError(
                 f"data.val_fraction + data.test_fraction must be below 1 to leave training images, got "
-                f"{self.val_fraction} + {self.test_fraction}"
+                f"{given.val_fraction} + {given.test_fraction}"
             )
         if not 0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0:
             raise ValueError(
                 f"data.crop_scale must be (low, high) with 0 < low <= high <= 1, got {list(self.crop_scale)}"
             )
-        if not 0.0 < self.crop_fraction <= 1.0:
-            raise ValueError(f"data.crop_fraction must be in (0, 1], got {self.crop_fraction}")
-        if len(self.mean) != self.channels or len(self.std) != self.channels or min(self.std) <= 0:
+        if not 0.0 < given.crop_fraction <= 1.0:
+            raise ValueError(f"data.crop_fraction must be in (0, 1], got {given.crop_fraction}")
+        if len(self.mean) != given.channels or len(self.std) != given.channels or min(self.std) <= 0:
             raise ValueError(
-                f"data.mean and data.std need one value per channel ({self.channels}), std positive; got "
+                f"data.mean and data.std need one value per channel ({given.channels}), std positive; got "
                 f"mean {list(self.mean)}, std {list(self.std)}. With channels 1, e.g. "
                 "--data.init_args.mean=[0.5] --data.init_args.std=[0.25]."
             )
@@ -175,7 +158,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
-        return (self.channels, self.image_size, self.image_size)
+        return (self.hparams.channels, self.hparams.image_size, self.hparams.image_size)
 
     def find_classes(self) -> tuple[str, ...]:
         fix = "or point --data.init_args.root at your folder"
@@ -217,7 +200,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         if "train" in self.splits:
             return
         samples = self.find_samples()
-        mode = "L" if self.channels == 1 else "RGB"
+        mode = "L" if self.hparams.channels == 1 else "RGB"
         self.splits.update(
             train=ImageFiles(samples["train"], mode, self.train_transform()),
             val=ImageFiles(samples["val"], mode, self.eval_transform()),
@@ -270,8 +253,10 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
                 f"data.root: no image files for the class(es) {', '.join(empty)} in their training "
                 "folder. Add images (PNG, JPEG, … as Pillow reads them) or remove the empty folders."
             )
-        order = torch.randperm(len(train), generator=torch.Generator().manual_seed(self.split_seed)).tolist()
-        for split, fraction in (("test", self.test_fraction), ("val", self.val_fraction)):
+        order = torch.randperm(
+            len(train), generator=torch.Generator().manual_seed(self.hparams.split_seed)
+        ).tolist()
+        for split, fraction in (("test", self.hparams.test_fraction), ("val", self.hparams.val_fraction)):
             if split not in found:
                 n = max(1, round(fraction * len(train)))
                 found[split], order = [train[i] for i in order[:n]], order[n:]
@@ -288,7 +273,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         """The samples, each file decoded once (``image_problems``): unreadable ones refused, all
         named, or with ``bad_files="skip"`` left out and counted."""
         problems = image_problems([Path(path) for samples in found.values() for path, _ in samples])
-        if problems and self.bad_files == "refuse":
+        if problems and self.hparams.bad_files == "refuse":
             hint = " Or set --data.init_args.bad_files=skip to train without them."
             raise refused_images(problems, "data.root", self.root, hint)
         if problems:
@@ -301,19 +286,19 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         return found
 
     def train_transform(self) -> v2.Transform:
-        if not self.augment:
+        if not self.hparams.augment:
             return self.eval_transform()
         steps: list[v2.Transform] = [
             v2.ToImage(),
-            v2.RandomResizedCrop(self.image_size, scale=self.crop_scale, antialias=True),
+            v2.RandomResizedCrop(self.hparams.image_size, scale=self.crop_scale, antialias=True),
         ]
-        if self.flip:
+        if self.hparams.flip:
             steps.append(v2.RandomHorizontalFlip())
         return v2.Compose([*steps, *self.to_normalised()])
 
     def eval_transform(self) -> v2.Transform:
-        resized = round(self.image_size / self.crop_fraction)
-        steps = [v2.ToImage(), v2.Resize(resized, antialias=True), v2.CenterCrop(self.image_size)]
+        resized = round(self.hparams.image_size / self.hparams.crop_fraction)
+        steps = [v2.ToImage(), v2.Resize(resized, antialias=True), v2.CenterCrop(self.hparams.image_size)]
         return v2.Compose([*steps, *self.to_normalised()])
 
     def to_normalised(self) -> list[v2.Transform]:
@@ -335,7 +320,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             raise refused_images(problems, "data.predict_path", self.predict_path)
         # No labels: -1, as torchvision's STL10 marks its unlabelled images.
         samples = [(str(path), -1) for path in paths]
-        mode = "L" if self.channels == 1 else "RGB"
+        mode = "L" if self.hparams.channels == 1 else "RGB"
         self.splits["predict"] = ImageFiles(samples, mode, self.eval_transform(), "data.predict_path")
         self.predict_files = [path.name for path in paths]
         rank_zero_info(
@@ -349,39 +334,3 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
 
 def _subfolders(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]
-
-
-def image_files(folder: Path, walked: set[str], seen: set[str]) -> list[Path]:
-    """The image files under ``folder`` (by extension; hidden names left out, such as macOS's
-    ``._x.png``), in torchvision's ``ImageFolder`` order: folders by path, files by name.
-
-    Links are followed, but a folder whose real path is in ``walked`` (walked already, or one the
-    caller walks itself) is not entered, so a loop ends and no folder is read twice; a file whose
-    real path is in ``seen`` (reached by another link) is not listed again. Both sets grow.
-    """
-    listed: list[tuple[str, list[Path]]] = []
-    pending = [folder]
-    while pending:
-        directory = pending.pop()
-        try:
-            entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
-        except OSError as error:
-            raise ConfigError(
-                f"data.root: cannot read the folder '{directory}' ({error.strerror}). Fix its "
-                "permissions, or move it out of the data set."
-            ) from error
-        files = []
-        for entry in entries:
-            path = Path(entry.path)
-            if entry.name.startswith("."):
-                continue
-            real = os.path.realpath(path)
-            if path.is_dir():
-                if real not in walked:
-                    walked.add(real)
-                    pending.append(path)
-            elif path.suffix.lower() in IMG_EXTENSIONS and real not in seen:
-                seen.add(real)
-                files.append(path)
-        listed.append((str(directory), files))
-    return [path for _, files in sorted(listed) for path in files]

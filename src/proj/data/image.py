@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +10,19 @@ import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
+from projkit.data import checks
+from projkit.data.image_files import image_problems, predict_files, refused_images
+from projkit.data.in_memory import TensorImageDataset
+from projkit.data.loaders import SplitLoaders
+from projkit.errors import ConfigError
+from projkit.reliability import TrainOrder
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
 from torchvision.transforms.v2 import functional as TF
 
-from proj.data import checks
 from proj.data.augment import random_hflip, random_translate
-from proj.data.in_memory import TensorImageDataset
-from proj.data.loaders import SplitLoaders
-from proj.errors import ConfigError
-from proj.reliability import TrainOrder
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
@@ -74,12 +72,6 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
         checks.fraction("val_fraction", val_fraction)
         self.save_hyperparameters()
         self.data_dir = Path(data_dir)
-        self.batch_size = batch_size
-        self.val_fraction = val_fraction
-        self.split_seed = split_seed
-        self.augment = augment
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
         self.predict_path = None if predict_path is None else Path(predict_path)
         self.predict_files: list[str] = []
         self.splits: dict[str, Dataset] = {}
@@ -91,8 +83,8 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
         raise NotImplementedError
 
     def split_train_val(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[Split, Split]:
-        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.split_seed))
-        n_val = max(1, round(self.val_fraction * len(labels)))
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.hparams.split_seed))
+        n_val = max(1, round(self.hparams.val_fraction * len(labels)))
         val, train = order[:n_val], order[n_val:]
         return (images[train], labels[train]), (images[val], labels[val])
 
@@ -122,7 +114,7 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
             return batch  # the model summary's example input, already a normalised float batch
         images, labels = batch
         x = images.float().div_(self.scale)
-        if self.augment and self.trainer is not None and self.trainer.training:
+        if self.hparams.augment and self.trainer is not None and self.trainer.training:
             x = random_translate(x, self.augment_pad) if self.augment_pad else x
             x = random_hflip(x) if self.augment_flip else x
         mean, std = self.normalisation(x.device)
@@ -174,129 +166,6 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
         else:
             x = TF.resize(x, [height, width], antialias=True)
         return x.mul(self.scale).round().clamp(0, self.scale).to(torch.uint8)
-
-
-def predict_files(folder: Path) -> list[Path]:
-    """The files directly in ``folder`` (``data.predict_path``), in name order, hidden ones left out;
-    refused with the field and the fix when there is no such folder or it holds none."""
-    fix = "point data.init_args.predict_path at a folder of image files"
-    if not folder.is_dir():
-        raise ConfigError(
-            f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
-            "(PNG, JPEG, …), or leave it unset to predict on the test split."
-        )
-    paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not paths:
-        raise ConfigError(
-            f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "
-            f"images to classify directly in it, or {fix}."
-        )
-    return paths
-
-
-# How the image formats' files begin: a file that begins so but does not open is one of them, broken.
-SIGNATURES = {
-    b"\x89PNG\r\n\x1a\n": "PNG",
-    b"\xff\xd8\xff": "JPEG",
-    b"GIF8": "GIF",
-    b"BM": "BMP",
-    b"II*\0": "TIFF",
-    b"MM\0*": "TIFF",
-    b"RIFF": "WebP",
-}
-# At most this many unreadable files are named in the message that refuses them (all are counted).
-LISTED_BAD_FILES = 20
-
-
-def image_problems(paths: Sequence[Path]) -> dict[Path, str]:
-    """Each path that is no readable image, with what is wrong with it and its fix (``image_problem``).
-
-    Every file is decoded once, so that a bad one is found before the first step rather than
-    stopping training partway, and all are named at once rather than one per run."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # Pillow decodes without the GIL
-        found = pool.map(image_problem, paths)
-    return {path: problem for path, problem in zip(paths, found, strict=True) if problem is not None}
-
-
-def refused_images(problems: dict[Path, str], field: str, root: Path, hint: str = "") -> ConfigError:
-    """The refusal naming each unreadable file (``LISTED_BAD_FILES`` of them) and its fix."""
-    named = [f"'{_relative(path, root)}' {problem}" for path, problem in problems.items()]
-    more = len(named) - LISTED_BAD_FILES
-    listed = "; ".join(named[:LISTED_BAD_FILES]) + (f"; and {more} more" if more > 0 else "")
-    return ConfigError(
-        f"{field}: {len(problems)} file(s) under '{root}' cannot be read as images: {listed}.{hint}"
-    )
-
-
-def _relative(path: Path, root: Path) -> Path:
-    return path.relative_to(root) if path.is_relative_to(root) else path
-
-
-def image_problem(path: Path) -> str | None:
-    """What keeps ``path`` from being read as an image, with the fix that suits it, or None when
-    Pillow reads it whole: every byte is read, since a truncated file has an intact header. A PNG
-    is verified (each chunk's CRC, through its end chunk), anything else decoded (a JPEG at an
-    eighth of its size, which reads all of its data all the same)."""
-    try:
-        if path.is_symlink() and not path.exists():
-            return f"is a link to nothing ('{os.readlink(path)}'): fix or delete the link"
-        if not path.is_file():
-            return "is not a regular file (a device, pipe or socket): move it out of the folder"
-        size = path.stat().st_size
-        if size == 0:
-            return "is empty (0 bytes): an interrupted copy or download? Copy it again, or delete it"
-        with Image.open(path) as image:
-            if image.format == "PNG":
-                image.verify()  # every chunk's checksum, through the end: a tenth of decoding it
-            else:
-                image.draft(image.mode, (1, 1))
-                image.load()
-    except UnidentifiedImageError:
-        return not_an_image(path)
-    except PermissionError as error:
-        return f"cannot be read ({error.strerror}): fix its permissions"
-    except (OSError, SyntaxError, ValueError, EOFError) as error:  # Pillow's decoders' complaints
-        said = str(error).splitlines()[0] if str(error) else type(error).__name__
-        if "truncated" in said.lower() or isinstance(error, EOFError):
-            return (
-                f"is truncated ({size:,} bytes; Pillow: {said}): an interrupted copy or download? "
-                "Copy it again, or delete it"
-            )
-        return f"is damaged (Pillow: {said}): export it again, or delete it"
-    return None
-
-
-def not_an_image(path: Path) -> str:
-    """Why Pillow recognised no image in ``path``: text (a note, an HTML error page saved under an
-    image's name) or some other format, and the fix for each."""
-    with open(path, "rb") as file:
-        head = file.read(512)
-    # A file cut inside the signature itself begins as a part of it.
-    kind = next(
-        (name for sign, name in SIGNATURES.items() if head.startswith(sign) or sign.startswith(head)), None
-    )
-    if kind:
-        return (
-            f"is truncated or damaged: a {kind} file whose header does not read ({path.stat().st_size:,} "
-            "bytes). An interrupted copy or download? Copy it again, or delete it"
-        )
-    if looks_like_text(head):
-        return "is a text file, not an image: move it out of the folder"
-    return (
-        f"is in no image format Pillow reads (it begins {head[:8]!r}): convert it to PNG or JPEG, or move "
-        "it out of the folder"
-    )
-
-
-def looks_like_text(head: bytes) -> bool:
-    """Whether a file's first bytes are UTF-8 text (ASCII included) without NUL bytes."""
-    if b"\0" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return error.start >= len(head) - 3  # only the last character, cut by the read
-    return True
 
 
 def unit_intensities(image: Image.Image, grey: bool) -> torch.Tensor:
@@ -357,16 +226,15 @@ class DigitsDataModule(ImageDataModule):
     def __init__(self, test_fraction: float = 0.2, batch_size: int = 64, **kwargs: Any) -> None:
         """``kwargs``: ``ImageDataModule``'s settings, which the CLI and ``--help`` list too."""
         checks.fraction("test_fraction", test_fraction)
-        self.test_fraction = test_fraction
         super().__init__(batch_size=batch_size, **kwargs)
 
     def load(self, train: bool) -> Split:
         pixels, targets = load_digits()
         images = torch.from_numpy(pixels).unsqueeze(1)
         labels = torch.from_numpy(targets)
-        generator = torch.Generator().manual_seed(self.split_seed + 1)
+        generator = torch.Generator().manual_seed(self.hparams.split_seed + 1)
         order = torch.randperm(len(labels), generator=generator)
-        n_test = round(self.test_fraction * len(labels))
+        n_test = round(self.hparams.test_fraction * len(labels))
         index = order[n_test:] if train else order[:n_test]
         return images[index], labels[index]
 

@@ -13,12 +13,11 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info
+from projkit.data import checks
+from projkit.data.loaders import SplitLoaders
+from projkit.errors import ConfigError
+from projkit.reliability import TrainOrder
 from torch.utils.data import DataLoader, Dataset
-
-from proj.data import checks
-from proj.data.loaders import SplitLoaders
-from proj.errors import ConfigError
-from proj.reliability import TrainOrder
 
 TINY_SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -143,14 +142,6 @@ class TextDataModule(SplitLoaders, LightningDataModule):
                 )
         self.save_hyperparameters()
         self.path = Path(path)
-        self.url = url
-        self.sha256 = sha256
-        self.block_size = block_size
-        self.batch_size = batch_size
-        self.train_fraction = train_fraction
-        self.val_windows = val_windows
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
         self.predict_prompts = list(predict_prompts)
         self._text: str | None = None
         self._vocab: str | None = None
@@ -191,12 +182,12 @@ class TextDataModule(SplitLoaders, LightningDataModule):
                 f"data.path: '{self.path}' is not a regular file (a device, pipe or socket), so it "
                 "cannot be read as a text, nor downloaded into. Point data.init_args.path at a text file."
             )
-        if self.url is None:
+        if self.hparams.url is None:
             raise FileNotFoundError(
                 f"data.path: no text file at '{self.path}', and data.url is null so nothing is "
                 "downloaded. Put a UTF-8 text file there, or point data.init_args.path at one."
             )
-        download(self.url, self.path, self.sha256)
+        download(self.hparams.url, self.path, self.hparams.sha256)
 
     def read(self) -> str:
         """The whole file, refused with the field and the fix if it cannot make both splits."""
@@ -223,23 +214,23 @@ class TextDataModule(SplitLoaders, LightningDataModule):
             )
         n_train = self.train_length(len(text))
         n_val = len(text) - n_train
-        window = self.block_size + 1
+        window = self.hparams.block_size + 1
         if min(n_train, n_val) < window:
             raise ValueError(
-                f"data.path: '{self.path}' has {len(text)} characters, too few for block_size "
-                f"{self.block_size}: with train_fraction {self.train_fraction} the train split gets "
-                f"{n_train} and the validation split {n_val}, and each needs at least one window of "
+                f"data.path: '{self.path}' has {len(text)} characters, too few for block_size {window - 1}: "
+                f"with train_fraction {self.hparams.train_fraction} the train split gets {n_train} and the "
+                f"validation split {n_val}, and each needs at least one window of "
                 f"block_size + 1 = {window}. Use a text of at least {self.min_length()} characters, or "
                 "a smaller block_size (model.init_args.net.init_args.block_size)."
             )
         return text
 
     def train_length(self, n: int) -> int:
-        return int(n * self.train_fraction)
+        return int(n * self.hparams.train_fraction)
 
     def min_length(self) -> int:
         """The shortest text whose train and validation splits each hold one whole window."""
-        window = self.block_size + 1
+        window = self.hparams.block_size + 1
         n = 2 * window
         while min(self.train_length(n), n - self.train_length(n)) < window:
             n += 1
@@ -252,27 +243,27 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         tokens = tokens.to(torch.uint8 if self.vocab_size <= 256 else torch.int32)
         n_train = self.train_length(len(tokens))
         train, val = tokens[:n_train], tokens[n_train:]
-        stride = self.block_size
+        stride = self.hparams.block_size
         all_val = torch.arange((len(val) - 1) // stride) * stride
         spread = all_val
-        if self.val_windows is not None and self.val_windows < len(all_val):
-            spread = all_val[torch.linspace(0, len(all_val) - 1, self.val_windows).round().long()]
+        if self.hparams.val_windows is not None and self.hparams.val_windows < len(all_val):
+            spread = all_val[torch.linspace(0, len(all_val) - 1, self.hparams.val_windows).round().long()]
         self.splits = {
-            "train": TokenWindows(train, self.block_size),
-            "val": TokenWindows(val, self.block_size, spread),
-            "test": TokenWindows(val, self.block_size, all_val),
+            "train": TokenWindows(train, self.hparams.block_size),
+            "val": TokenWindows(val, self.hparams.block_size, spread),
+            "test": TokenWindows(val, self.hparams.block_size, all_val),
         }
         rank_zero_info(
             f"TextDataModule: '{self.path}', {len(tokens):,} characters, vocabulary of {self.vocab_size}; "
-            f"{len(train):,} train, {len(val):,} validation ({len(spread)} windows of {self.block_size})"
+            f"{len(train):,} train, {len(val):,} validation ({len(spread)} windows of {stride})"
         )
 
     def train_epoch_size(self) -> int:
         """An epoch draws as many random windows as the training text holds end to end."""
-        return max(1, len(self.splits["train"].tokens) // self.block_size)
+        return max(1, len(self.splits["train"].tokens) // self.hparams.block_size)
 
     def predict_dataloader(self) -> DataLoader:
-        return DataLoader(self.predict_prompts, batch_size=self.batch_size, collate_fn=list)
+        return DataLoader(self.predict_prompts, batch_size=self.hparams.batch_size, collate_fn=list)
 
 
 def download(url: str, path: Path, sha256: str | None) -> None:

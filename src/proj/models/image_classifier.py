@@ -6,19 +6,17 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import Callback
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from matplotlib.figure import Figure
+from projkit.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
+from projkit.checks.model import warn_if_normalised_otherwise
+from projkit.deploy import Deployable, pixel_classifier
+from projkit.logger_media import log_picture, takes_pictures
+from projkit.reliability import gather
+from projkit.task import TaskModule
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
-
-from proj.callbacks.prediction_writer import ClassPredictionWriter, writer_when_predicting
-from proj.checks.model import warn_if_normalised_otherwise
-from proj.logger_media import log_picture, takes_pictures
-from proj.models.task import TaskModule
-from proj.optim import WarmupCosineLR
-from proj.reliability import gather
 
 MISCLASSIFIED_SHOWN = 32
 
@@ -57,7 +55,7 @@ class ImageClassifier(TaskModule):
     classes, drawn from rank 0's share. Class names and un-normalised pixels come from the data
     module (``classes``, ``to_pixels``) when it has them. Training steps are untouched.
 
-    ``predict`` writes ``predictions.csv`` (``proj.callbacks.ClassPredictionWriter``) in the run
+    ``predict`` writes ``predictions.csv`` (``projkit.callbacks.ClassPredictionWriter``) in the run
     directory: each sample's index or file name, its predicted class and that class's probability.
     """
 
@@ -67,16 +65,14 @@ class ImageClassifier(TaskModule):
         self,
         net: nn.Module,
         num_classes: int,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
-        scheduler: LRSchedulerCallable | None = WarmupCosineLR,
-        scheduler_interval: Literal["step", "epoch"] = "step",
-        scheduler_monitor: str = "val/loss",
         label_smoothing: float = 0.0,
-        compile: bool = False,
         log_pictures: bool = True,
         classes: Sequence[str] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
+        """``kwargs``: ``TaskModule``'s settings (optimizer, scheduler, compile, ...), which the CLI and
+        ``--help`` list too."""
+        super().__init__(net, **kwargs)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"model.label_smoothing must be in [0, 1] (0: none), got {label_smoothing}")
         if classes is not None and len(classes) != num_classes:
@@ -214,6 +210,10 @@ class ImageClassifier(TaskModule):
     def configure_callbacks(self) -> list[Callback]:
         # `predict` writes predictions.csv into the run directory; fit and test get nothing.
         return writer_when_predicting(self, ClassPredictionWriter)
+
+    def deployable(self, datamodule: Any) -> Deployable:
+        """What ``export`` writes: the network behind the data's normalisation, taking pixels."""
+        return pixel_classifier(self.net, datamodule, self.hparams.num_classes, self.classes)
 
     def _evaluate(
         self,

@@ -6,18 +6,17 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import Callback
-from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from projkit.callbacks.prediction_writer import TextPredictionWriter, writer_when_predicting
+from projkit.checks.checkpoint import check_fits_model, read_weights
+from projkit.deploy import Deployable, token_model
+from projkit.errors import ConfigError
+from projkit.logger_media import log_texts
+from projkit.task import TaskModule
 from torch import nn
 from torch.nn import functional as F
 from torchmetrics import MeanMetric
 
-from proj.callbacks.prediction_writer import TextPredictionWriter, writer_when_predicting
-from proj.checks.checkpoint import check_fits_model, read_weights
 from proj.data.text import CharTokenizer
-from proj.errors import ConfigError
-from proj.logger_media import log_texts
-from proj.models.task import TaskModule
-from proj.optim import WarmupCosineLR
 
 GENERATION_SETTINGS = (
     "sample_prompt",
@@ -33,7 +32,7 @@ class LanguageModel(TaskModule):
     """Trains a next-token network (such as ``proj.nets.GPT``) on characters with cross-entropy.
 
     Logs ``train/loss``, ``val/loss`` and ``val/ppl`` (perplexity, exp of the epoch's mean loss),
-    ``test/loss`` and ``test/ppl`` (speed and memory: ``proj.callbacks.TrainingThroughput`` in the
+    ``test/loss`` and ``test/ppl`` (speed and memory: ``projkit.callbacks.TrainingThroughput`` in the
     experiment config). After each validation, ``num_samples`` texts of ``sample_tokens`` characters
     continuing ``sample_prompt`` go to TensorBoard, W&B, or ``samples.txt`` in the run directory.
     ``predict`` continues each of the data's prompts by ``predict_tokens`` characters, prints the
@@ -60,11 +59,6 @@ class LanguageModel(TaskModule):
         self,
         net: nn.Module,
         vocab: str,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
-        scheduler: LRSchedulerCallable | None = WarmupCosineLR,
-        scheduler_interval: Literal["step", "epoch"] = "step",
-        scheduler_monitor: str = "val/loss",
-        compile: bool = False,
         freeze: Sequence[str] = (),
         init_from: str | None = None,
         sample_prompt: str = "\n",
@@ -73,8 +67,11 @@ class LanguageModel(TaskModule):
         predict_tokens: int = 500,
         temperature: float = 1.0,
         top_k: int | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(net, optimizer, scheduler, scheduler_interval, scheduler_monitor, compile)
+        """``kwargs``: ``TaskModule``'s settings (optimizer, scheduler, compile, ...), which the CLI and
+        ``--help`` list too."""
+        super().__init__(net, **kwargs)
         self.save_plain_hyperparameters()
         # A checkpoint holds the weights init_from named: loading it must not need that file again.
         # Generation settings are no property of the weights, and the CLI lets a checkpoint's
@@ -172,6 +169,10 @@ class LanguageModel(TaskModule):
     def configure_callbacks(self) -> list[Callback]:
         # `predict` prints each continuation and writes predictions.jsonl into the run directory.
         return writer_when_predicting(self, TextPredictionWriter)
+
+    def deployable(self, datamodule: Any) -> Deployable:
+        """What ``export`` writes: the network on token ids, up to its ``block_size``."""
+        return token_model(self.net, self.vocab, self.net.block_size)
 
     def check_prompt(self, prompt: str, name: str = "prompt") -> None:
         if not prompt:

@@ -1,0 +1,91 @@
+"""The loaders every data module builds: one batched gather for whole-tensor datasets, per-item
+calls, workers and Lightning's default collation for any other map-style dataset. Training goes in
+the resumable order of ``projkit.reliability.TrainOrder``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Dataset
+
+from projkit.data.in_memory import keep_batch
+from projkit.reliability import TrainOrder
+
+
+def batched(dataset: Dataset) -> bool:
+    """Whether ``dataset`` cuts a whole batch in one ``__getitems__`` call (whole-tensor datasets)."""
+    return hasattr(type(dataset), "__getitems__")
+
+
+def loader_options(dataset: Dataset, num_workers: int, pin_memory: bool) -> dict[str, Any]:
+    """``DataLoader`` options for ``dataset``: a batched dataset returns its batch as it is
+    (``keep_batch``), a per-item one gets Lightning's default collation."""
+    options = {"num_workers": num_workers, "pin_memory": pin_memory, "persistent_workers": num_workers > 0}
+    return {**options, "collate_fn": keep_batch} if batched(dataset) else options
+
+
+def eval_loader(
+    dataset: Dataset, batch_size: int, trainer: Trainer | None, num_workers: int = 0, pin_memory: bool = False
+) -> DataLoader:
+    """The loader of an evaluation split, in order.
+
+    Under DDP each rank takes every ``world_size``-th sample and no more: Lightning's default
+    ``DistributedSampler`` would pad the shards with repeated samples, which the metrics would
+    then count twice.
+    """
+    sampler = None
+    if trainer is not None and trainer.world_size > 1:
+        sampler = UnrepeatedDistributedSampler(
+            dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+        )
+    options = loader_options(dataset, num_workers, pin_memory)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **options)
+
+
+class SplitLoaders:
+    """The loaders and checkpoint hooks of a data module whose splits are datasets in ``self.splits``:
+    training in ``self.train_order``'s resumable order, evaluation in order, with the module's saved
+    ``batch_size``, ``num_workers`` and ``pin_memory`` (``self.hparams``, as ``save_hyperparameters``
+    keeps them; a batch-size finder sets them there too). Mixed in before ``LightningDataModule``; a
+    module only adds its ``predict_dataloader`` and, for an epoch that is not one pass over the
+    training split, ``train_epoch_size``."""
+
+    splits: dict[str, Dataset]
+    hparams: Any
+    train_order: TrainOrder
+    trainer: Trainer | None
+
+    def train_epoch_size(self) -> int | None:
+        """Samples an epoch draws; None: each training sample once."""
+        return None
+
+    def train_dataloader(self) -> DataLoader:
+        dataset, settings = self.splits["train"], self.hparams
+        return self.train_order.loader(
+            dataset,
+            settings.batch_size,
+            self.trainer,
+            self.train_epoch_size(),
+            batched=batched(dataset),
+            **loader_options(dataset, settings.num_workers, settings.pin_memory),
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self.loader("test")
+
+    def loader(self, split: str) -> DataLoader:
+        settings = self.hparams
+        return eval_loader(
+            self.splits[split], settings.batch_size, self.trainer, settings.num_workers, settings.pin_memory
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.train_order.state_dict(self.trainer)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.train_order.load_state_dict(state_dict, self.trainer)

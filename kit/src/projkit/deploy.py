@@ -1,0 +1,89 @@
+"""What a task hands ``export``: the network to trace, the input it takes and ``model.json``'s
+description. A task module says how it is deployed by defining ``deployable(datamodule)``, usually
+with one of the two kinds here: an image classifier that takes pixels (``pixel_classifier``) or a
+next-token model that takes token ids (``token_model``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from projkit.errors import ConfigError
+
+
+@dataclass
+class Deployable:
+    """``net`` is what the artifacts compute; ``inputs`` turns a batch the task module takes (after
+    ``on_after_batch_transfer``) into ``net``'s input; ``description`` goes into ``model.json``;
+    ``max_length``, for token ids, the longest sequence the exported graph accepts (the second
+    dimension is dynamic up to it)."""
+
+    net: nn.Module
+    inputs: Callable[[torch.Tensor], torch.Tensor]
+    description: dict[str, Any] = field(default_factory=dict)
+    max_length: int | None = None
+
+
+class PixelInput(nn.Module):
+    """``net`` behind the data's normalisation: float pixels in [0, 1], ``(N, C, H, W)``, in;
+    ``net``'s output out.
+
+    The normalisation is the same arithmetic as the data modules' (subtract ``mean``, divide by
+    ``std``, per channel), so the logits equal those of ``net`` on the data's own batches: whoever
+    runs the exported model cannot forget or mismatch the normalisation its weights were trained with.
+    """
+
+    def __init__(self, net: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.net = net
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.net((pixels - self.mean) / self.std)
+
+
+def pixel_classifier(
+    net: nn.Module, datamodule: Any, num_classes: int, classes: Sequence[str] | None = None
+) -> Deployable:
+    """An image classifier's ``net`` behind the data's normalisation (``datamodule.mean`` and
+    ``std``, per channel), taking pixels in [0, 1] of ``datamodule.input_shape``; ``classes`` as the
+    checkpoint names them, else the data module's."""
+    mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
+    if mean is None or std is None:
+        raise ConfigError(
+            f"data ({type(datamodule).__name__}): export needs the data's normalisation as `mean` and "
+            "`std` (per channel) to put it inside the graph; give the data module both attributes."
+        )
+    classes = classes or getattr(datamodule, "classes", None)
+    shape = list(datamodule.input_shape)
+    description = {
+        "task": "image classification",
+        "input": {"name": "pixels", "shape": ["N", *shape], "dtype": "float32", "range": [0.0, 1.0]},
+        "output": {"name": "logits", "shape": ["N", num_classes]},
+        "classes": list(map(str, classes)) if classes else [str(i) for i in range(num_classes)],
+        "normalisation": {"mean": list(mean), "std": list(std), "inside_graph": True},
+        "usage": (
+            f"{'grey' if shape[0] == 1 else 'RGB'} images resized to {shape[1]}x{shape[2]}, channels first, "
+            "divided by 255; softmax(logits) gives each class's probability"
+        ),
+    }
+    wrapped = PixelInput(net, mean, std).eval()
+    return Deployable(wrapped, lambda x: x * wrapped.std + wrapped.mean, description)
+
+
+def token_model(net: nn.Module, vocab: str, block_size: int) -> Deployable:
+    """A next-token ``net`` on int64 token ids ``(N, T)``, any ``T`` up to ``block_size``; token id
+    ``i`` is the character ``vocab[i]``."""
+    description = {
+        "task": "next-token prediction",
+        "input": {"name": "tokens", "shape": ["N", "T"], "dtype": "int64", "max_T": block_size},
+        "output": {"name": "logits", "shape": ["N", "T", len(vocab)]},
+        "vocab": vocab,
+        "usage": "token id i is the character vocab[i]; logits[:, -1] scores the next character",
+    }
+    return Deployable(net, lambda x: x, description, max_length=block_size)

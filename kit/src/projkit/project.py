@@ -1,0 +1,96 @@
+"""The project a command runs for: the owner's package, started as ``python -m <package>``, and the
+defaults file every experiment starts from.
+
+The kit never imports the owner's package; the package hands itself over instead, in a few lines of
+its own (``Project(__name__, defaults)``, then ``run`` or ``main``), and the kit reads what it needs
+from here: the command to name in messages, the defaults to read first, the module a sweep's trial
+runs. This module imports neither torch nor Lightning, so ``sweep`` starts without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from projkit.context import use
+
+# What a distributed launcher (torchrun, SLURM, Lightning itself) passes as whole numbers; Lightning
+# reads LOCAL_RANK with int() while it is imported, so a bad value is refused before that.
+INTEGER_VARIABLES = (
+    "LOCAL_RANK",
+    "RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_PORT",
+)
+
+
+@dataclass(frozen=True)
+class Project:
+    """An owner's package (``package``, its import name) and its ``defaults`` config file."""
+
+    package: str
+    defaults: Path
+
+    @property
+    def command(self) -> str:
+        """How a user starts a command of this project: ``python -m <package>``."""
+        return f"python -m {self.package}"
+
+    def run(self, argv: Sequence[str] | None = None) -> None:
+        """``python -m <package> ARGS``: the subcommand of ``argv`` (``sys.argv[1:]`` by default).
+        ``sweep`` is dispatched before torch and Lightning are imported: it needs neither."""
+        use(self)
+        args = list(sys.argv[1:] if argv is None else argv)
+        check_launcher_variables()
+        if args[:1] == ["sweep"]:
+            from projkit.sweep import main as sweep
+
+            sweep(args[1:])
+        else:
+            from projkit.cli import main
+
+            main(None if argv is None else args)
+
+    def main(self, args: Sequence[str] | None = None, run: bool = True) -> Any:
+        """The command line in this process, for tests and notebooks: ``main(["fit", ...])`` returns
+        the CLI object (its ``trainer``, ``model``, ``datamodule``), ``run=False`` builds them only."""
+        use(self)
+        from projkit.cli import main
+
+        return main(args, run)
+
+
+def of_checkout(root: Path) -> Project:
+    """The project of the checkout at ``root``, found by the package its pyproject.toml names: for the
+    kit's own scripts (benchmarks, the reading path), which run on a project without naming it."""
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    project = re.search(r'(?ms)^\[project\]\s.*?^name\s*=\s*"([^"]+)"', text)
+    if project is None:
+        raise RuntimeError(f"{root / 'pyproject.toml'} names no [project]: not a project's checkout")
+    package = importlib.import_module(project[1].replace("-", "_"))
+    found = getattr(package, "PROJECT", None)
+    if not isinstance(found, Project):
+        raise RuntimeError(f"{package.__name__} has no PROJECT = projkit.Project(...) to run commands for")
+    use(found)
+    return found
+
+
+def check_launcher_variables() -> None:
+    for name in INTEGER_VARIABLES:
+        value = os.environ.get(name)
+        if value is not None and not value.strip().isdigit():
+            print(
+                f"error: environment variable {name}={value!r}: must be a whole number >= 0, as a "
+                f"launcher (torchrun, SLURM) sets it. Unset it (`unset {name}`) or set it to a number.",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)

@@ -1,0 +1,262 @@
+"""Stop cleanly on SIGTERM or Ctrl-C: finish the step, save, exit non-zero."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+
+from projkit.context import current
+from projkit.rundir.naming import run_directory
+
+
+class Preempted(SystemExit):
+    """Raised on every rank once a stop signal is agreed; the exit code is 128 + the signal."""
+
+
+class Preemption(Callback):
+    """On SIGTERM (SLURM preemption, ``kill``, torchrun shutting down) or Ctrl-C, on any or all ranks:
+    finish the current step (and a validation or epoch end that follows it), save ``last.ckpt`` on
+    every rank's behalf, and exit with 128 + signal. Under gradient accumulation the step is the
+    optimizer's: the accumulated gradients are in no checkpoint. Without a ``LastCheckpoint``
+    (``last_checkpoint: null``), the resumed run skips a validation that followed the step. A
+    signal from the sanity check on stops the run after its first step the same way.
+
+    Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
+    when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
+    success. Here the handler only records the signal; at the end of each training step the ranks
+    agree (one max-reduce of a scalar on the CPU) and all stop together. ``grace_seconds`` after a
+    signal, a process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM
+    the job is requeued (``scontrol requeue``) when ``requeue`` is set, unless it was cancelled
+    (``scancel``), and resumes with ``--ckpt_path auto``. A second Ctrl-C interrupts at once; a
+    repeated SIGTERM (Slurm signals the job's steps and ``srun`` forwards it too) changes nothing. A
+    worker whose launcher dies stops the same way. In ``validate``, ``test`` (the one after ``fit``
+    too) and ``predict`` there is nothing to save: the process stops at the next batch with 128 +
+    signal, and the job is requeued, so that the evaluation runs again.
+
+    Lightning's SLURM auto-requeue is switched off: on a signal of its own (SIGUSR1) it saves an
+    ``hpc_ckpt_*.ckpt`` that ``--ckpt_path last`` does not look for, from inside rank 0's handler,
+    and trains on until the requeue it asked for kills the job. One mechanism, this one, serves
+    SIGTERM from every source.
+    """
+
+    def __init__(self, grace_seconds: float = 120.0, requeue: bool = True) -> None:
+        self.grace_seconds = grace_seconds
+        self.requeue = requeue
+        self._signal = 0
+        self._exit_code = 0
+        self._previous: dict[int, object] = {}
+        self._group: torch.distributed.ProcessGroup | None = None
+        self._stop_watching: Callable[[], None] = lambda: None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        # Before the Trainer registers its signal handlers, from this same environment object.
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment):
+            environment.auto_requeue = False
+
+    # The handlers go in once Lightning has registered its own, so that these replace them: at the
+    # sanity check, or at the start of training where there is none.
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def on_predict_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._install(trainer)
+
+    def _install(self, trainer: Trainer) -> None:
+        if self._previous or threading.current_thread() is not threading.main_thread():
+            return
+        distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
+        if distributed and torch.distributed.get_backend() != "gloo":
+            # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
+            # the host wait for the device's queue to drain at every step.
+            self._group = torch.distributed.new_group(backend="gloo")
+        self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+        # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
+        # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
+        connector = trainer._signal_connector
+        if connector.received_sigterm:
+            connector.received_sigterm = False
+            self._record(signal.SIGTERM, None)
+        if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
+            self._watch_launcher()
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._leave()
+        self._release()
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            self._release()
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._release()
+
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._release()
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        self._release()
+
+    def _watch_launcher(self) -> None:
+        """Stop as on SIGTERM when the process that launched this one dies (``kill -9`` of the
+        torchrun agent, or of rank 0, which launches the other ranks): an orphaned worker would
+        otherwise train on into a run directory that a requeued job resumes."""
+        parent, stopped = os.getppid(), threading.Event()
+
+        def watch() -> None:
+            while not stopped.wait(1.0):
+                if os.getppid() != parent:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    return
+
+        threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+        self._stop_watching = stopped.set
+
+    def _release(self) -> None:
+        self._stop_watching()
+        if not self._signal:  # once stopping, ``_ignore_repeats`` decided the handlers
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+        self._previous = {}
+        if self._group is not None:
+            torch.distributed.destroy_process_group(self._group)
+            self._group = None
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self._signal and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if not self._signal:
+            self._signal = signum
+            watchdog = threading.Timer(self.grace_seconds, os._exit, args=(128 + signum,))
+            watchdog.daemon = True
+            watchdog.start()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        if trainer.fit_loop._should_accumulate():
+            return  # the gradients accumulated so far are in no checkpoint: stop once they are applied
+        if signum := self._agreed(trainer):
+            self._stop(trainer, signum)
+
+    def _agreed(self, trainer: Trainer) -> int:
+        """The signal any rank received, or 0: every rank calls this at the same point."""
+        signum = self._signal
+        if trainer.world_size > 1 and torch.distributed.is_initialized():
+            flag = torch.tensor([signum])
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
+            signum = int(flag.item())
+        return signum
+
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:  # in `fit`, the training step's end stops the run
+            self._stop_evaluating(trainer)
+
+    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._stop_evaluating(trainer)
+
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._stop_evaluating(trainer)
+
+    def _stop_evaluating(self, trainer: Trainer) -> None:
+        """Lightning's own handler would end the evaluation with exit code 0 (``predict``: finish it),
+        a success to a scheduler, with its metrics or predictions never written."""
+        if not (signum := self._agreed(trainer)):
+            return
+        stage = trainer.state.fn.value
+        rank_zero_info(
+            f"Received {signal.Signals(signum).name} in `{stage}`: stopped before its end, and nothing "
+            f"of it is kept. Run the command again (after `fit`: `--ckpt_path last` runs the test)."
+        )
+        self._requeue(trainer, signum)
+        self._ignore_repeats(trainer)
+        raise Preempted(128 + signum)
+
+    # Lightning writes the step's row of metrics after ``on_train_batch_end``, so the process leaves
+    # at the next batch's start (or the next epoch's, or the end of training). A validation or an
+    # epoch's end between the two runs, and the LastCheckpoint saves last.ckpt again after it: a
+    # resume from this hook's checkpoint would skip them.
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
+        self._leave()
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._exit_code:
+            raise Preempted(self._exit_code)
+
+    def _stop(self, trainer: Trainer, signum: int) -> None:
+        checkpoint = trainer.checkpoint_callback
+        folder = getattr(checkpoint, "dirpath", None) or trainer.default_root_dir
+        path = os.path.join(folder, "last.ckpt")
+        # Claimed by every ModelCheckpoint of that folder (in the saved state too), so after the
+        # resume they overwrite this last.ckpt instead of starting a last-v1.ckpt beside it.
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath == folder:
+                callback.last_model_path = path
+        trainer.save_checkpoint(path, weights_only=False)
+        config = os.path.join(run_directory(trainer), "config.yaml")
+        configs = f"--config {config}" if os.path.isfile(config) else "--config <same configs>"
+        rank_zero_info(
+            f"Received {signal.Signals(signum).name} at step {trainer.global_step}: saved {path}. "
+            f"Resume with: {current().command} fit {configs} --ckpt_path {path}"
+        )
+        self._requeue(trainer, signum)
+        self._ignore_repeats(trainer)
+        self._exit_code = 128 + signum
+
+    def _requeue(self, trainer: Trainer, signum: int) -> None:
+        job = os.environ.get("SLURM_JOB_ID")
+        if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
+            requeue_slurm_job(job)
+
+    def _ignore_repeats(self, trainer: Trainer) -> None:
+        """On its way out with 128 + signal, the process ignores SIGTERM: Slurm signals the job's
+        steps and ``srun`` forwards the same signal, and the default handler would end the process
+        with -15 instead. Ignoring outlasts both the Trainer's teardown, which restores the handlers
+        it found when the run began (the default), and the interpreter's exit, which restores the
+        default in place of any Python handler but not in place of an ignore."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            trainer._signal_connector._original_handlers[signal.SIGTERM] = signal.SIG_IGN
+
+
+def requeue_slurm_job(job: str) -> None:
+    """Put the job back in the queue (it starts again from the top of its script) when it is still
+    running: the signal came before its time limit (``--signal``) or from a ``kill``. A job that
+    Slurm is already ending was either requeued by Slurm (``scontrol requeue``, preemption) or
+    cancelled, and ``scontrol requeue`` would requeue a cancelled job too, undoing ``scancel``."""
+    state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+    if state.stdout.strip() != "RUNNING":
+        rank_zero_info(
+            f"Slurm job {job} is {state.stdout.strip() or 'not in the queue'}: Slurm is ending it "
+            "(requeued or cancelled), so it is not requeued here."
+        )
+        return
+    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    # Slurm ends the job's processes as it requeues it, `scontrol` among them when it has not
+    # returned yet (seen on a loaded machine): killed by a signal, it was the requeue under way.
+    if requeue.returncode == 0 or requeue.returncode < 0:
+        rank_zero_info(f"Requeued Slurm job {job}: it resumes from this checkpoint when it starts again.")
+    else:
+        reason = requeue.stderr.strip() or f"scontrol exited with {requeue.returncode}"
+        rank_zero_info(f"Slurm job {job} was not requeued ({reason}): resume it by hand.")

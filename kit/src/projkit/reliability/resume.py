@@ -1,0 +1,96 @@
+"""Make a resumed run continue exactly where the checkpoint left it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import CSVLogger
+
+from projkit.rundir.metrics import rewrite_rows, rows_before, without_repeats
+
+
+class ExactResume(Callback):
+    """Saves every RNG the training step draws from, per rank, and restores it on resume.
+
+    Lightning restores weights, optimizer, scheduler, scaler and loop counters but no RNG state, so
+    dropout and augmentation after a resume would differ from an uninterrupted run. The states are
+    stored as tensors and plain tuples, so checkpoints still load with ``weights_only=True``; they
+    are restored in ``on_train_start``, after the sanity check (whose sampling must not shift them).
+
+    Loggers are flushed at every checkpoint, so no row older than the checkpoint is lost with the
+    process. A resumed run keeps the rows of ``metrics.csv`` logged before its checkpoint's step
+    and logs the later ones again; of the rows at that very step it keeps one copy each.
+    """
+
+    def __init__(self) -> None:
+        self._rng_states: list[dict[str, Any]] | None = None
+        self._resumed_at: int | None = None
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        # Called on every rank while the checkpoint is assembled, so the collective gather is safe.
+        checkpoint["rng_states"] = gather(trainer, rng_states())
+        for logger in trainer.loggers:
+            logger.save()
+        self._drop_repeats(trainer)
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        self._rng_states = checkpoint.get("rng_states")
+        self._resumed_at = checkpoint.get("global_step")
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._rng_states is not None:
+            states = self._rng_states
+            set_rng_states(states[trainer.global_rank] if len(states) > trainer.global_rank else states[0])
+            self._rng_states = None
+        # Only once training resumes: a resume that fails to start keeps every row.
+        if self._resumed_at is not None and self._writes_csv(trainer):
+            rewrite_rows(trainer.logger, rows_before(self._resumed_at))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._writes_csv(trainer):
+            trainer.logger.save()
+        self._drop_repeats(trainer)
+        self._resumed_at = None
+
+    def _drop_repeats(self, trainer: Trainer) -> None:
+        if self._resumed_at is not None and self._writes_csv(trainer):
+            rewrite_rows(trainer.logger, without_repeats(self._resumed_at - 1))
+
+    @staticmethod
+    def _writes_csv(trainer: Trainer) -> bool:
+        return isinstance(trainer.logger, CSVLogger) and trainer.is_global_zero
+
+
+def rng_states() -> dict[str, Any]:
+    """The state of every RNG a training step may use, as tensors and tuples of numbers."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def gather(trainer: Trainer, state: Any) -> list[Any]:
+    """``state`` of every rank, in rank order (a collective: call it on every rank)."""
+    if trainer.world_size == 1 or not torch.distributed.is_initialized():
+        return [state]
+    gathered: list[Any] = [None] * trainer.world_size
+    torch.distributed.all_gather_object(gathered, state)
+    return gathered

@@ -1,0 +1,39 @@
+"""A command taking its run directory over as it starts: held for this process, cleared of what a
+killed process left half-done, and with every row of its ``metrics.csv`` carried over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+from projkit.rundir.lock import RunLock
+from projkit.rundir.metrics import restore_metrics, take_metrics_aside
+from projkit.rundir.naming import run_directory
+
+
+def claim_run_directory(trainer: Trainer) -> None:
+    """Hold the run directory for this process, clear what a killed process left half-done there,
+    and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
+    if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
+        return
+    if trainer.loggers[0].version is None:  # a new W&B run: its own fresh id, nothing to keep
+        return
+    run = Path(run_directory(trainer))
+    RunLock.acquire(run)
+    remove_stale_temporaries(run)
+    if isinstance(trainer.logger, CSVLogger):
+        aside = take_metrics_aside(run)
+        if aside is not None:
+            restore_metrics(trainer.logger, aside)
+    rank_zero_info(f"Run directory: {run}")
+
+
+def remove_stale_temporaries(run: Path) -> None:
+    """Files that a killed process left half-written: checkpoint saves (``AtomicCheckpointIO``'s
+    ``.<name>.<pid>.tmp``), predictions and rewritten ``metrics.csv`` (the same names, in the run
+    directory). Only called while holding the run's lock, so no write is under way."""
+    for stale in [*run.glob(".*.tmp"), *(run / "checkpoints").glob(".*.tmp")]:
+        stale.unlink(missing_ok=True)

@@ -1,0 +1,141 @@
+"""Faults injected into real training processes by the reliability tests, and what they record there
+(imported by class_path)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import signal as signal_module
+import time
+from pathlib import Path
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from projkit.callbacks import ClassPredictionWriter
+
+
+class StallSaveAtStep(Callback):
+    """Holds its process inside the first checkpoint write at optimizer step ``step``, for a test to
+    kill it there: that checkpoint carries a value whose pickling, which ``torch.save`` does with the
+    file already open, creates ``path`` and then waits."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step = step
+        self.path = path
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        if trainer.global_step == self.step:
+            checkpoint["stall"] = Stall(self.path)
+
+
+class Stall:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        Path(self.path).touch()
+        time.sleep(300)
+        raise RuntimeError("the test never killed the stalled save")
+
+
+class SignalAtStep(Callback):
+    """Sends ``signal`` to its own process at optimizer step ``step``, on rank ``rank`` only."""
+
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0) -> None:
+        self.step = step
+        self.signum = getattr(signal_module, signal)
+        self.rank = rank
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os.kill(os.getpid(), self.signum)
+
+
+class SignalBeforeTraining(Callback):
+    """Sends SIGTERM to its own process in ``hook`` (``on_sanity_check_start`` or
+    ``on_train_start``), before the first training step."""
+
+    def __init__(self, hook: str) -> None:
+        self.hook = hook
+
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "on_sanity_check_start":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "on_train_start":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SignalInStage(Callback):
+    """Sends ``signal`` to its own process as the first batch of ``stage`` (test or predict) begins:
+    a job stopped in an evaluation, or in the test that follows ``fit``."""
+
+    def __init__(self, stage: str, signal: str = "SIGTERM") -> None:
+        self.stage = stage
+        self.signum = getattr(signal_module, signal)
+
+    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if self.stage == "test":
+            os.kill(os.getpid(), self.signum)
+
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if self.stage == "predict":
+            os.kill(os.getpid(), self.signum)
+
+
+class TouchAtStep(Callback):
+    """Creates ``path`` once training reaches ``step``: tells a test the run is under way."""
+
+    def __init__(self, step: int, path: str) -> None:
+        self.step = step
+        self.path = path
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
+        if trainer.global_step == self.step and trainer.is_global_zero:
+            open(self.path, "w").close()
+
+
+class KillWhileWriting(ClassPredictionWriter):
+    """Writes half of ``predictions.csv``, flushes it, then SIGKILLs its own process: ``predict``
+    killed mid-write."""
+
+    def write(self, trainer: Trainer, file, rows: list[tuple[int, int, float]]) -> None:
+        super().write(trainer, file, rows[: len(rows) // 2])
+        file.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SlowFirstStart(Callback):
+    """Sleeps ``seconds`` after each training step of a Slurm job's first start (its
+    ``SLURM_RESTART_COUNT`` unset or 0): a run that its time limit catches mid-way, and whose requeued
+    start finishes quickly."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+            time.sleep(self.seconds)
+
+
+class CodeInCheckpoints(Callback):
+    """Puts code into every checkpoint this run saves (``bad_inputs.Payload``: unpickled, it writes
+    ``payload_ran`` into the working folder), as if each file were swapped for a crafted one between
+    its save and its load: a finder's own checkpoint, which it restores moments later."""
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        from bad_inputs import Payload
+
+        checkpoint["extra"] = Payload()
+
+
+class RecordThreads(Callback):
+    """Writes the torch threads the run computes with to ``path`` when fitting begins."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        Path(self.path).write_text(str(torch.get_num_threads()))

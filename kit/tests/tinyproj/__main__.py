@@ -1,0 +1,4 @@
+from tinyproj import run
+
+if __name__ == "__main__":
+    run()
