@@ -3,10 +3,11 @@
 # workers before spending a real cluster's queue on it (`make cluster`, `make cluster-stop`).
 #   scripts/cluster.sh start   installs slurm-wlm and munge when missing (Debian, as root), starts munged,
 #                              slurmctld, one slurmd per node and postgres; prints sinfo and the --storage URL
+#   scripts/cluster.sh postgres starts postgres alone (a sweep's --storage needs no Slurm)
 #   scripts/cluster.sh stop    stops them, by the PIDs they wrote
 #   scripts/cluster.sh install only installs what is missing (CI does it while the other tests run)
 # Everything lives in .cluster/ of the checkout (ignored by git): configs, state, logs, the munge key
-# and the database. Starting again leaves running daemons alone. Only loopback addresses are used.
+# and the database (UTF-8, whatever the locale). Starting again leaves running daemons alone. Only loopback addresses are used.
 # NODES (default 1) slurmd daemons play as many nodes, each on a port of its own: one is named localhost,
 # more are node1, node2, ... (which need MASTER_ADDR=127.0.0.1 in a job's environment: Lightning takes
 # the first node's name as the address of rank 0, and these names resolve nowhere).
@@ -165,8 +166,10 @@ start_postgres() {
   fi
   dir=$(readlink -f "$dir") # the server itself goes by a path it can reach
   if [[ ! -f $dir/data/PG_VERSION ]]; then
+    # UTF-8 whatever the caller's locale: without LANG, initdb makes SQL_ASCII databases, whose
+    # bytes SQLAlchemy's driver hands back undecoded (a sweep then fails deep inside SQLAlchemy).
     runuser -u postgres -- "$pg_bin/initdb" -D "$dir/data" --auth=trust --username=postgres \
-      >"$dir/initdb.log" 2>&1 || fail "initdb failed; see $dir/initdb.log:
+      --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || fail "initdb failed; see $dir/initdb.log:
 $(log_tail "$dir/initdb.log")"
   fi
   if ! runuser -u postgres -- "$pg_bin/pg_ctl" status -D "$dir/data" >/dev/null 2>&1; then
@@ -177,8 +180,13 @@ $(log_tail "$dir/postgres.log")"
   fi
   if ! runuser -u postgres -- "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -tAc \
     "SELECT 1 FROM pg_database WHERE datname = 'proj'" postgres | grep -q 1; then
-    runuser -u postgres -- "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" proj
+    runuser -u postgres -- "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -E UTF8 --locale=C -T template0 proj
   fi
+  local encoding
+  encoding=$(runuser -u postgres -- "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -tAc \
+    "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'proj'" postgres)
+  [[ $encoding == UTF8 ]] || fail "the database 'proj' in $dir is $encoding, not UTF8 (made by an earlier \
+make cluster without LANG): make cluster-stop, then rm -rf $dir and make cluster again (its studies go)"
 }
 
 # SIGTERM, or the signal given third (postgres: SIGINT, its fast shutdown; SIGTERM waits for clients).
@@ -215,6 +223,13 @@ start)
   echo "Slurm's commands find this cluster through: export SLURM_CONF=$SLURM_CONF"
   echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/proj"
   ;;
+postgres)
+  # The database server alone: what a sweep's --storage needs, without Slurm.
+  mkdir -p "$root"
+  install_packages
+  start_postgres
+  echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/proj"
+  ;;
 stop)
   for f in "$root"/slurm/slurmd-*.pid; do
     [[ -e $f ]] && stop_pid "slurmd $(basename "$f" .pid | cut -d- -f2)" "$f"
@@ -227,7 +242,7 @@ stop)
   stop_pid munged "$root/munge/munged.pid"
   ;;
 *)
-  echo "usage: scripts/cluster.sh start|stop|install" >&2
+  echo "usage: scripts/cluster.sh start|postgres|stop|install" >&2
   exit 2
   ;;
 esac

@@ -57,24 +57,27 @@ def cluster() -> None:
 
 
 def workdir(tmp_path: Path, name: str) -> Path:
-    """A folder to submit from, as the checkout is: configs/ beside runs/."""
+    """A folder to submit from, as the checkout is: configs/ and scripts/ beside runs/."""
     folder = tmp_path / name
     (folder / "runs").mkdir(parents=True)
     (folder / "configs").symlink_to(ROOT / "configs")
+    (folder / "scripts").symlink_to(ROOT / "scripts")
     return folder
 
 
-def sbatch(folder: Path, *args: str) -> str:
+def sbatch(folder: Path, *args: str, env: dict[str, str] = ENV) -> str:
     done = subprocess.run(
-        ["sbatch", "--parsable", *args], cwd=folder, env=ENV, capture_output=True, text=True
+        ["sbatch", "--parsable", *args], cwd=folder, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
 
-def fit_job(folder: Path, *args: str, options: tuple[str, ...] = tuple(ONE_TASK)) -> str:
+def fit_job(
+    folder: Path, *args: str, options: tuple[str, ...] = tuple(ONE_TASK), env: dict[str, str] = ENV
+) -> str:
     return sbatch(
-        folder, *options, str(ROOT / "scripts" / "slurm.sbatch"), config("digits.yaml"), *CPU, *args
+        folder, *options, str(ROOT / "scripts" / "slurm.sbatch"), config("digits.yaml"), *CPU, *args, env=env
     )
 
 
@@ -195,3 +198,30 @@ def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):
     rows = training_rows(folder / "runs" / "digits" / "version_0")
     (test_acc,) = [float(r["test/acc"]) for r in rows if r["test/acc"]]
     assert test_acc >= 0.95
+
+
+def test_the_documented_line_from_a_fresh_shell_trains_a_new_run_beside_a_finished_one(tmp_path):
+    """`sbatch scripts/slurm.sbatch configs/digits.yaml` as the README's reader types it, in a shell
+    where neither uv nor an environment is active (the job finds the checkout's .venv), in a checkout
+    that already holds a finished run of the experiment: the second job trains a run of its own, where
+    `--ckpt_path auto` resumed the finished run and trained nothing."""
+    folder = workdir(tmp_path, "fresh")
+    (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)  # what `make install` made
+    fresh = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "SLURM_CONF": str(SLURM_CONF),
+        "OMP_NUM_THREADS": "1",
+        "MASTER_ADDR": "127.0.0.1",
+    }
+    short = ("--trainer.max_epochs=2", "--trainer.limit_test_batches=2")
+    for number in (0, 1):
+        job_id = fit_job(folder, *short, env=fresh)
+        info = wait_until_done(job_id)
+        log = output(folder, job_id)
+        assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-3000:]
+        assert f"Run directory: runs/digits/version_{number}" in log, log[-3000:]
+        assert "Nothing to train" not in log and "Test metrics: test/acc" in log
+        run = folder / "runs" / "digits" / f"version_{number}"
+        assert (run / ".job").read_text().strip() == job_id
+        assert max(int(r["step"]) for r in training_rows(run)) > 0

@@ -390,3 +390,24 @@ trainer:
     ]
     resumed_config = yaml.safe_load((workdir / RUN / f"config.from_step_{step}.yaml").read_text())
     assert resumed_config["trainer"]["max_epochs"] == 4
+
+
+def test_auto_in_a_batch_job_resumes_that_jobs_run_and_no_other(run_copy, monkeypatch, caplog):
+    """A job script's `--ckpt_path auto`: a new job starts a new run even where the checkout holds a
+    finished run of the experiment (which it once resumed, trained nothing and called a success); a
+    requeued job, which keeps its job id, resumes the run it started."""
+    args = ["fit", "--config", config("classify.yaml"), *WORSENING, "--ckpt_path", "auto"]
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    fit_first = main([*args, "--trainer.max_epochs=1"])
+    started = Path(fit_first.trainer.log_dir)
+    assert started == Path("runs/classify/version_1"), "a new run beside the finished version_0"
+    assert (started / ".job").read_text() == "4242\n" and not (RUN / ".job").exists()
+    assert fit_first.trainer.global_step == STEPS_PER_EPOCH
+    requeued = main(args)  # the same job again: resumes its own run, to its end
+    assert Path(requeued.trainer.log_dir) == started and requeued.trainer.global_step == 2 * STEPS_PER_EPOCH
+    monkeypatch.setenv("SLURM_JOB_ID", "4243")
+    caplog.clear()
+    other = main(args)
+    assert Path(other.trainer.log_dir) == Path("runs/classify/version_2")
+    assert "job 4243 has no run under runs/classify yet; it starts a new one" in caplog.text
+    assert "Nothing to train" not in caplog.text

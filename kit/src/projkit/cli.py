@@ -48,7 +48,14 @@ from projkit.checks.trainer import check_trainer
 from projkit.context import current
 from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
-from projkit.outcome import NOTHING_TO_TRAIN, print_metrics, say_how_fit_ended, tested_at, tested_marker
+from projkit.outcome import (
+    NOTHING_TO_TRAIN,
+    TESTED_ALREADY,
+    print_metrics,
+    say_how_fit_ended,
+    tested_at,
+    tested_marker,
+)
 from projkit.parser_errors import ShortErrorParser
 from projkit.reliability import guard_checkpoints
 from projkit.rundir.ckpt_path import ignored_model_settings, resolve_checkpoint
@@ -273,7 +280,7 @@ class ProjectCLI(LightningCLI):
             # given is checked and before its loggers open the folder (the CSV logger deletes an
             # existing metrics.csv as it opens); the run's config is saved there at setup. (`export`
             # locks the checkpoint's run itself.)
-            claim_run_directory(self.trainer)
+            claim_run_directory(self.trainer, training=self.subcommand == "fit")
 
     def monitors(self) -> dict[str, str | None]:
         """Each metric the command's callbacks and scheduler monitor, under the setting naming it."""
@@ -322,14 +329,15 @@ class ProjectCLI(LightningCLI):
         """Say where the checkpoints are and why training stopped, then test the best checkpoint,
         unless this resume had nothing to train and its test ran already."""
         trainer = self.trainer
+        trained_nothing = trainer.global_step == self.resumed_step
+        if trained_nothing:
+            rank_zero_info(NOTHING_TO_TRAIN.format(step=trainer.global_step))
         best = say_how_fit_ended(trainer)
         if not self.config.fit.test_after_fit or trainer.interrupted:
             return
         marker = tested_marker(trainer)
-        if trainer.global_step == self.resumed_step and trainer.strategy.broadcast(
-            tested_at(marker, trainer.global_step)
-        ):
-            rank_zero_info(NOTHING_TO_TRAIN)
+        if trained_nothing and trainer.strategy.broadcast(tested_at(marker, trainer.global_step)):
+            rank_zero_info(TESTED_ALREADY)
             return
         self.test(model=self.model, datamodule=self.datamodule, ckpt_path=best or None, weights_only=True)
         if marker is not None and trainer.is_global_zero:

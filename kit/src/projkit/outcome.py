@@ -17,10 +17,14 @@ METRIC_DIGITS = 4
 # In the run directory: the step whose weights the test after `fit` tested. A resumed run with
 # nothing left to train tests only when that test never ended (a job stopped in it).
 TESTED = ".tested_step"
+# Said first, so that a resume that trained nothing (a finished run resumed) never reads as training.
 NOTHING_TO_TRAIN = (
-    "Nothing to train: the checkpoint is where this run ends, and its test ran, so it is not tested "
-    "again. Raise trainer.max_epochs (or trainer.max_steps) to train further; `test --ckpt_path best` "
-    "tests its best checkpoint again."
+    "Nothing to train: the checkpoint is where this run ends (step {step}), so this command trained no "
+    "step. Raise trainer.max_epochs (or trainer.max_steps) to train further."
+)
+TESTED_ALREADY = (
+    "Nothing to train, and its test ran, so it is not tested again; `test --ckpt_path best` tests its "
+    "best checkpoint again."
 )
 
 

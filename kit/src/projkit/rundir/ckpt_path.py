@@ -9,10 +9,11 @@ from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from projkit.checks.checkpoint import check_ckpt_path, load_checkpoint
 from projkit.errors import ConfigError
+from projkit.rundir.claim import JOB_FILE, job_id
 from projkit.rundir.naming import class_of, experiment_dir, logger_kind, same_experiment, version_of
 
 
@@ -21,8 +22,10 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     checkpoint's own run directory (for W&B and MLflow: the same run, whose id is the folder's name).
     Returns the checkpoint as read for the checks (tensors memory-mapped), None when none is.
 
-    ``last`` is the experiment's newest readable checkpoint over all its runs (``auto`` in ``fit``:
-    the same, or a fresh start when there is none, for job scripts that requeue); ``best`` is the
+    ``last`` is the experiment's newest readable checkpoint over all its runs. ``auto`` (``fit``, for
+    job scripts that requeue) is inside a batch job the newest checkpoint of the run this job started
+    (a requeued job resumes its own run, never an earlier job's), outside one the same as ``last``,
+    and either way a fresh start when there is none. ``best`` is the
     best checkpoint of that newest run. Lightning's own ``last`` and ``best`` look only in the new
     run's empty folder and then quietly fall back to untrained weights. ``validate``, ``test`` and
     ``predict`` never evaluate untrained weights unless ``--allow_untrained`` says so.
@@ -71,8 +74,11 @@ def search(
             f"--ckpt_path {ckpt_path}: the config has no logger, so there is no "
             "runs/<experiment>/ folder to look in. Pass the path of a .ckpt file instead."
         )
-    found = newest_checkpoint(config, root, resumable=not evaluating)
+    job = job_id() if ckpt_path == "auto" else None
+    found = newest_checkpoint(config, root, resumable=not evaluating, job=job)
     if found is None and ckpt_path == "auto" and not evaluating:
+        if job is not None:
+            rank_zero_info(f"--ckpt_path auto: job {job} has no run under {root} yet; it starts a new one.")
         return None
     if found is None:
         parser.error(
@@ -128,12 +134,16 @@ def read_checkpoint(path: Path) -> dict | None:
     return checkpoint
 
 
-def newest_checkpoint(config: Any, root: Path, resumable: bool = False) -> tuple[Path, dict] | None:
+def newest_checkpoint(
+    config: Any, root: Path, resumable: bool = False, job: str | None = None
+) -> tuple[Path, dict] | None:
     """The experiment's newest readable checkpoint over all its runs, newest file first.
 
     ``resumable``: only one that holds the optimizer state a resumed ``fit`` continues from, not
-    one saved with weights only."""
+    one saved with weights only. ``job``: only in a run that batch job trains (``claim.JOB_FILE``)."""
     candidates = sorted(root.glob("*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if job is not None:
+        candidates = [p for p in candidates if trained_by(p.parent.parent, job)]
     if logger_kind(config) is not None:
         candidates = [p for p in candidates if same_experiment(p.parent.parent, config)]
     for path in candidates:
@@ -143,6 +153,14 @@ def newest_checkpoint(config: Any, root: Path, resumable: bool = False) -> tuple
         elif checkpoint is not None:
             return path, checkpoint
     return None
+
+
+def trained_by(run: Path, job: str) -> bool:
+    """Whether batch job ``job`` trains in ``run`` (the job id its claim recorded)."""
+    try:
+        return (run / JOB_FILE).read_text().strip() == job
+    except OSError:
+        return False
 
 
 def best_of_run(newest: Path, checkpoint: dict) -> Path | None:

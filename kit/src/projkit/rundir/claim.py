@@ -3,6 +3,7 @@ killed process left half-done, and with every row of its ``metrics.csv`` carried
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lightning.pytorch import Trainer
@@ -13,10 +14,21 @@ from projkit.rundir.lock import RunLock
 from projkit.rundir.metrics import restore_metrics, take_metrics_aside
 from projkit.rundir.naming import run_directory
 
+# In the run directory: the batch job that trains it (Slurm's job id, which a requeued job keeps), so
+# that the job's `--ckpt_path auto` resumes its own run and no other.
+JOB_FILE = ".job"
 
-def claim_run_directory(trainer: Trainer) -> None:
+
+def job_id() -> str | None:
+    """The batch job this process runs in: Slurm's ``SLURM_JOB_ID`` (each array task has its own; a
+    requeue keeps it), None outside a job."""
+    return os.environ.get("SLURM_JOB_ID") or None
+
+
+def claim_run_directory(trainer: Trainer, training: bool = False) -> None:
     """Hold the run directory for this process, clear what a killed process left half-done there,
-    and carry every row of its ``metrics.csv`` over, which the CSV logger would delete."""
+    carry every row of its ``metrics.csv`` over, which the CSV logger would delete, and record the
+    batch job that trains in it (``training``: the command is a ``fit``)."""
     if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
         return
     if trainer.loggers[0].version is None:  # a new W&B run: its own fresh id, nothing to keep
@@ -24,6 +36,8 @@ def claim_run_directory(trainer: Trainer) -> None:
     run = Path(run_directory(trainer))
     RunLock.acquire(run)
     remove_stale_temporaries(run)
+    if training and (job := job_id()) is not None:
+        (run / JOB_FILE).write_text(f"{job}\n")
     if isinstance(trainer.logger, CSVLogger):
         aside = take_metrics_aside(run)
         if aside is not None:
