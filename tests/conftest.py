@@ -67,15 +67,16 @@ def write_play(path: Path, speeches: int = 3000, seed: int = 0) -> Path:
 # The text runs' corpus, written once per test process into a folder of its own.
 CORPUS = write_play(Path(tempfile.mkdtemp(prefix="proj-tests-")) / "play.txt")
 atexit.register(shutil.rmtree, CORPUS.parent, ignore_errors=True)
-# The real corpus, for the tests about it: CI checks the repository out beside ../shared, which holds
-# it; tests never download it.
-TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+# The real corpus, for the tests about it, where `fit --config configs/shakespeare_char_cpu.yaml`
+# downloads it (PROJ_TINY_SHAKESPEARE names another copy); tests never download it.
+TINY_SHAKESPEARE = Path(
+    os.environ.get("PROJ_TINY_SHAKESPEARE") or ROOT / "data" / "tinyshakespeare" / "input.txt"
+).resolve()
 needs_tiny_shakespeare = pytest.mark.skipif(
     not TINY_SHAKESPEARE.is_file(),
-    reason=f"needs the real Tiny Shakespeare at {TINY_SHAKESPEARE}: check the repository out beside "
-    "a shared/ folder holding data/tinyshakespeare/input.txt (the file that "
-    "`python -m proj fit --config configs/shakespeare_char_cpu.yaml` downloads to "
-    "data/tinyshakespeare/)",
+    reason=f"needs the real Tiny Shakespeare at {TINY_SHAKESPEARE}, which "
+    "`python -m proj fit --config configs/shakespeare_char_cpu.yaml` downloads there once "
+    "(docs/data.md says from where); PROJ_TINY_SHAKESPEARE=<path> names a copy elsewhere",
 )
 EXPERIMENT_ARGS = {
     "shakespeare_char.yaml": (f"--data.init_args.path={CORPUS}",),

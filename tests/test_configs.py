@@ -151,6 +151,9 @@ def overlay_effects() -> dict:
     def logger(kind):
         return lambda cli: isinstance(cli.trainer.logger, kind)
 
+    def apart(folder, effect):  # a debug or tuning run logs under runs/<folder>/, apart from real runs
+        return lambda cli: effect(cli) and cli.trainer.logger.save_dir == f"runs/{folder}"
+
     return {
         "trainer/cpu.yaml": lambda cli: (
             cli.trainer.accelerator.__class__.__name__ == "CPUAccelerator"
@@ -165,23 +168,30 @@ def overlay_effects() -> dict:
         "trainer/fsdp.yaml": lambda config: config["trainer"]["strategy"]["class_path"].endswith(
             "FSDPStrategy"
         ),
-        "debug/anomaly.yaml": lambda cli: cli.trainer._detect_anomaly is True,
+        "debug/anomaly.yaml": apart("debug", lambda cli: cli.trainer._detect_anomaly is True),
         "debug/fast_dev_run.yaml": lambda cli: (
             bool(cli.trainer.fast_dev_run) and has(callbacks.ModelSummary)(cli)
         ),
-        "debug/limit.yaml": lambda cli: (cli.trainer.max_epochs, cli.trainer.limit_train_batches) == (2, 4),
-        "debug/overfit.yaml": lambda cli: (
-            cli.trainer.overfit_batches == 1
-            and not has(callbacks.EarlyStopping)(cli)
-            and cli.config.test_after_fit is False
+        "debug/limit.yaml": apart(
+            "debug", lambda cli: (cli.trainer.max_epochs, cli.trainer.limit_train_batches) == (2, 4)
         ),
-        "debug/profile.yaml": lambda cli: isinstance(cli.trainer.profiler, profilers.SimpleProfiler),
+        "debug/overfit.yaml": apart(
+            "debug",
+            lambda cli: (
+                cli.trainer.overfit_batches == 1
+                and not has(callbacks.EarlyStopping)(cli)
+                and cli.config.test_after_fit is False
+            ),
+        ),
+        "debug/profile.yaml": apart(
+            "debug", lambda cli: isinstance(cli.trainer.profiler, profilers.SimpleProfiler)
+        ),
         "logger/csv.yaml": logger(loggers.CSVLogger),
         "logger/tensorboard.yaml": logger(loggers.TensorBoardLogger),
         "logger/mlflow.yaml": logger(loggers.MLFlowLogger),
         "logger/wandb.yaml": logger(loggers.WandbLogger),
-        "tune/batch_size.yaml": has(BatchSizeFinder),
-        "tune/lr_find.yaml": has(LearningRateFinder),
+        "tune/batch_size.yaml": apart("tune", has(BatchSizeFinder)),
+        "tune/lr_find.yaml": apart("tune", has(LearningRateFinder)),
     }
 
 
@@ -233,6 +243,16 @@ def test_overlay_appends_callbacks_instead_of_replacing(workdir):
     checkpoint = next(cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint))
     assert early.monitor == "val/loss" and early.mode == "min"
     assert checkpoint.monitor == "val/loss"
+
+
+def test_a_debug_overlay_keeps_its_runs_apart_under_any_logger(workdir):
+    for order in (
+        ("debug/limit.yaml", "logger/tensorboard.yaml"),
+        ("logger/tensorboard.yaml", "debug/limit.yaml"),
+    ):
+        cli = build("digits.yaml", *order)
+        assert type(cli.trainer.logger).__name__ == "TensorBoardLogger"
+        assert (cli.trainer.logger.save_dir, cli.trainer.logger.name) == ("runs/debug", "digits"), order
 
 
 def test_logger_overlay_keeps_experiment_name(workdir):

@@ -77,6 +77,12 @@ def test_readme_experiment_trains_in_a_copy_with_nothing_else_touched(tmp_path):
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     assert f"Predictions written to {run_dir}/predictions.csv" in predicted.stdout
     assert f"Last checkpoint: {run_dir}/checkpoints/last.ckpt" in trained.stderr
+    # What `make train` prints, in the order the README shows it.
+    shown = re.search(r"It prints where the run goes.*?```\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    said = [line.split(":")[0] for line in shown.group(1).splitlines() if ": " in line]
+    assert said == ["Run directory", "Best checkpoint", "Last checkpoint", "Test metrics"]
+    printed = [trained.stderr.index(f"{line}: ") for line in said]
+    assert printed == sorted(printed), trained.stderr[-3000:]
 
 
 @pytest.mark.slow

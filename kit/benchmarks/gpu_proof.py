@@ -340,8 +340,8 @@ def environment(proof: Proof, stage: Stage) -> None:
     proof.corpus = Path(proof.corpus or CORPUS).resolve()
     if not proof.corpus.is_file():
         raise StageFailed(
-            f"no corpus at {proof.corpus}: carry data/tinyshakespeare/input.txt with the working tree "
-            "(the GPU machine has no network), or pass --corpus"
+            f"no corpus at {proof.corpus}: a first `fit --config configs/shakespeare_char_cpu.yaml` "
+            "downloads it there (on a machine without network, copy the file there), or pass --corpus"
         )
 
 

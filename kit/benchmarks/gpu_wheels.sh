@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# The wheels a lent GPU machine needs for `python kit/benchmarks/gpu_proof.py`, into .whl/ (ignored by
-# .gitignore), at the versions uv.lock pins, for the device's `carry`. Its image (Python 3.12) holds
-# torch, Lightning, torchmetrics, torchvision, scikit-learn, matplotlib, numpy, PyYAML and the rest
-# of what `fit` imports, but not jsonargparse and the two packages its signatures extra adds
-# (docstring-parser, typeshed-client; typeshed-client's one need, typing-extensions, is there).
-# wandb, MLflow and Optuna are imported only by the logger or command that uses them.
+# For a GPU machine without network whose Python has torch, Lightning and the rest of what `fit`
+# imports (a cluster's image, say) but not jsonargparse and the two packages its signatures extra adds
+# (docstring-parser, typeshed-client): downloads those wheels here, at the versions uv.lock pins, into
+# .whl/ (ignored by .gitignore), to copy over with the checkout. docs/benchmarks.md says how to use them.
 #   bash kit/benchmarks/gpu_wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."  # the checkout: its uv.lock, and .whl/ beside it

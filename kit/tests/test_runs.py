@@ -411,3 +411,22 @@ def test_auto_in_a_batch_job_resumes_that_jobs_run_and_no_other(run_copy, monkey
     assert Path(other.trainer.log_dir) == Path("runs/classify/version_2")
     assert "job 4243 has no run under runs/classify yet; it starts a new one" in caplog.text
     assert "Nothing to train" not in caplog.text
+
+
+def test_a_resume_longer_than_its_schedule_says_the_rate_stays_at_the_floor(workdir):
+    """The run resumed with more epochs keeps the schedule it was built with: the steps past its end
+    train at the floor rate, said with what to do (the settings warning names only max_epochs)."""
+    quick = ("--trainer.enable_progress_bar=false", "--test_after_fit=false")
+    fit("classify.yaml", extra=(*quick, "--trainer.max_epochs=1"))
+    with pytest.warns(
+        UserWarning, match="sized for 14 optimizer steps and this run trains to step 42"
+    ) as said:
+        resumed = fit("classify.yaml", extra=(*quick, "--trainer.max_epochs=3", "--ckpt_path", "last"))
+    assert any("start a new run" in str(w.message) for w in said)
+    floor = resumed.trainer.lr_scheduler_configs[0].scheduler
+    assert floor.total_steps == STEPS_PER_EPOCH and resumed.trainer.global_step == 3 * STEPS_PER_EPOCH
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        same = fit("classify.yaml", extra=(*quick, "--trainer.max_epochs=3", "--ckpt_path", "last"))
+    assert same.trainer.global_step == 3 * STEPS_PER_EPOCH  # nothing left to train: nothing to say
+    assert not any("sized for" in str(w.message) for w in again)

@@ -15,7 +15,7 @@ from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from projkit.checks.checkpoint import refused_pickle
-from projkit.checks.model import check_optimization, warn_long_warmup
+from projkit.checks.model import check_optimization, warn_long_warmup, warn_schedule_ends_early
 from projkit.errors import ConfigError
 from projkit.optim import WarmupCosineLR, param_groups
 from projkit.reliability import loads_weights_only
@@ -194,6 +194,18 @@ class TaskModule(LightningModule):
         # mode) rather than calling train(): calling it lets a network keep parts of itself out of
         # training, such as TorchvisionNet's frozen batch norms.
         self.net.train()
+        trainer = self.trainer
+        schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
+        total = trainer.estimated_stepping_batches
+        if (
+            trainer.ckpt_path
+            and schedulers
+            and isinstance(schedulers[0], WarmupCosineLR)
+            and math.isfinite(total)
+        ):
+            init_from = "init_from" in inspect.signature(type(self).__init__).parameters
+            if schedulers[0].total_steps:
+                warn_schedule_ends_early(schedulers[0].total_steps, int(total), self.global_step, init_from)
 
     def is_logging_step(self) -> bool:
         """Whether the loggers receive what this optimizer step logs.

@@ -44,6 +44,26 @@ def warn_long_warmup(warmup_steps: int, total_steps: int) -> None:
         )
 
 
+def warn_schedule_ends_early(scheduled: int, run: int, step: int, init_from: bool) -> None:
+    """A resumed run that trains longer than its schedule was sized for (``scheduled`` optimizer
+    steps, ``run`` now): the resumed scheduler keeps its length, so from ``scheduled`` on the rate
+    stays at its floor. Said, with the ways to a schedule that follows."""
+    if run <= scheduled:
+        return
+    start_anew = (
+        "start a new run from these weights (--model.init_args.init_from=<its last.ckpt>, without "
+        "--ckpt_path), whose schedule spans the run it trains"
+        if init_from
+        else "start a new run (this model has no init_from to start from saved weights)"
+    )
+    rank_zero_warn(
+        f"--ckpt_path: the learning-rate schedule of the resumed run was sized for {scheduled} optimizer "
+        f"steps and this run trains to step {run} (from step {step}): steps {scheduled}-{run} train at the "
+        f"schedule's floor rate. To train them at a rate that follows, {start_anew}; or resume with the "
+        "run's own length."
+    )
+
+
 def check_monitors(monitors: dict[str, str | None], model: object) -> None:
     """Each monitored metric (``monitors``: the setting that names it, and the name) must be one the
     model logs (its ``logged_metrics``): Lightning finds a misspelt one only at the first validation,
