@@ -70,10 +70,10 @@ class StopOnDivergence(Callback):
         if finite is None or loss is None:  # no backward through this hook's Trainer: nothing to check
             return
         if grads and getattr(trainer.precision_plugin, "scaler", None) is None:
-            finite = finite & torch.isfinite(torch.nn.utils.get_total_norm(grads)).to(finite.device)
+            finite = finite & on(finite.device, torch.isfinite(torch.nn.utils.get_total_norm(grads)))
             skip = ~finite
             for grad in grads:
-                grad.masked_fill_(skip.to(grad.device), 0)
+                grad.masked_fill_(on(grad.device, skip), 0)
         batch = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
         self._steps.append((finite, loss, trainer.global_step, trainer.current_epoch, batch))
 
@@ -97,7 +97,7 @@ class StopOnDivergence(Callback):
         """Raise if a step kept since the last look was not finite: one read of the device."""
         if not self._steps:
             return
-        flags = torch.stack([flag.to(self._steps[0][0].device) for flag, *_ in self._steps])
+        flags = torch.stack([on(self._steps[0][0].device, flag) for flag, *_ in self._steps])
         if bool(flags.all()):
             self._steps = []
             return
@@ -131,3 +131,8 @@ class StopOnDivergence(Callback):
                 f"{', …' if len(bad) > 3 else ''}); the checkpoint was not written, so the ones on disk "
                 "are from earlier steps. " + CAUSES.format(precision=trainer.precision)
             )
+
+
+def on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on ``device`` (a model split across devices), itself when it is there already."""
+    return tensor if tensor.device == device else tensor.to(device, non_blocking=True)
