@@ -1,4 +1,4 @@
-"""The GPU proof: what the template does on one GPU, in one command of at most 8 minutes (an H200),
+"""The GPU proof: what the template does on one GPU, in one command of at most 9 minutes (an H200),
 with every stage given a budget and timed, stopping with exit 1 at the first stage that fails. It runs
 the experiments of the checkout it sits in (``configs/`` beside ``kit/``), for the checkout's project
 (``projkit.project.of_checkout``)::
@@ -11,6 +11,8 @@ The stages run real ``python -m <package> fit`` commands (and ``plain_fit.py`` f
 each killed when it overruns what is left of its stage's budget (``STAGES``):
 
 - **environment**: GPU, torch, CUDA and Lightning in one line; the corpus is at hand.
+- **no_syncs**: 12 steps of each experiment on the first card: no ordinary step synchronises
+  (``no_syncs`` below). Skipped without CUDA.
 - **digits**: ``configs/digits.yaml`` with ``configs/trainer/gpu.yaml`` (bf16-mixed): test/acc and
   wall time.
 - **fp16_scaler**: the character GPT for 300 steps in ``16-mixed``, with Lightning's gradient
@@ -383,6 +385,30 @@ def fp16_scaler(proof: Proof, stage: Stage) -> None:
     )
 
 
+def no_syncs(proof: Proof, stage: Stage) -> None:
+    """Twelve steps of each experiment on the first card, logging every 4, each synchronisation
+    that CUDA itself reports (``torch.cuda.set_sync_debug_mode``) counted by
+    ``projkit.testing.SyncCounter(cuda=True)``: an ordinary step (neither the first, nor logging,
+    validating, checkpointing or ending an epoch) must make none."""
+    if proof.smoke or not torch.cuda.is_available():
+        stage.figures["syncs per ordinary step"] = "skipped: no CUDA (kit/tests/test_step_syncs.py counts)"
+        return
+    experiments = {"digits": [f"--config={ROOT / 'configs' / 'digits.yaml'}"],
+                   "shakespeare_char": [CONFIG, f"--data.init_args.path={proof.corpus}"]}  # fmt: skip
+    for name, config in experiments.items():
+        found = proof.work / f"{name}-syncs.json"
+        counter = f"{{class_path: projkit.testing.SyncCounter, init_args: {{path: '{found}', cuda: true}}}}"
+        args = [*config, GPU, "--trainer.max_steps=12", "--trainer.log_every_n_steps=4"]
+        args += ["--trainer.val_check_interval=12", "--trainer.limit_val_batches=2", *NO_CHECKPOINTS]
+        args += [f"--trainer.callbacks+={counter}"]
+        proof.fit(f"{name}-syncs", args)
+        windows = json.loads(found.read_text())
+        events = [f"batch {b}: {e['what']} at {e['where']}" for b, es in windows.items() for e in es]
+        stage.figures[f"{name}: syncs per ordinary step"] = f"{len(events)} in {len(windows)} ordinary steps"
+        if events or len(windows) < 5:
+            raise StageFailed(f"{name}: {len(windows)} ordinary steps; " + "; ".join(events[:5]))
+
+
 def shakespeare_char(proof: Proof, stage: Stage) -> None:
     args = [CONFIG, GPU, f"--data.init_args.path={proof.corpus}"]
     changes = TINY_TEXT if proof.smoke else []
@@ -483,9 +509,10 @@ def gpt2_small(proof: Proof, stage: Stage) -> None:
         stage.figures[f"{shown} activation checkpointing"] = f"{summary}; {wall:.0f} s with compiling"
 
 
-# name, seconds, what it runs: 480 s in all, 8 minutes.
+# name, seconds, what it runs: 520 s in all, under 9 minutes.
 STAGES: list[tuple[str, float, Callable[[Proof, Stage], None]]] = [
     ("environment", 15, environment),
+    ("no_syncs", 40, no_syncs),  # two runs of 12 steps
     ("digits", 45, digits),
     ("fp16_scaler", 40, fp16_scaler),
     ("shakespeare_char", 220, shakespeare_char),  # the project's fit 185 s at most, plain_fit.py the rest

@@ -22,6 +22,11 @@ for every step index the fastest round counts, which filters out other processes
 shared machine while keeping periodic costs (logging every ``log_every_n_steps``, a checkpoint
 every 100 steps) that every round pays at the same steps.
 
+With ``--per-callback`` (all of them by default), one more side per standard callback (a key of
+``configs/defaults.yaml``: ``throughput``, ``preemption``...) runs the same ``fit`` with that one
+switched off (``--key=null``), and a table gives what each costs a step: the step's time with all
+of them minus without that one.
+
 The ratio is (CLI steps/s) / (plain steps/s), one per experiment; the last line is the lowest,
 which should be at least 0.97 on a CPU. A third side, a bare Trainer (the same ``fit`` with no
 logger, checkpoints, progress bar or configured callbacks), shows how much of the difference is
@@ -97,12 +102,13 @@ BARE_TRAINER = (
 
 
 def lightning_run(
-    experiment: str, corpus: str | None, steps: int, warmup: int, bare: bool = False
+    experiment: str, corpus: str | None, steps: int, warmup: int, bare: bool = False, without: str = ""
 ) -> tuple[torch.Tensor, list[int]]:
     # The progress bar is drawn (and costs what it costs) on stderr, leaving stdout to the results.
     with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
         where = [f"--trainer.default_root_dir={folder}"]
         where += list(BARE_TRAINER) if bare else [f"--trainer.logger.init_args.save_dir={folder}"]
+        where += [f"--{without}=null"] if without else []
         ran = cli(
             [
                 "fit",
@@ -139,6 +145,8 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
         fit: lightning_run,
         "bare Trainer": functools.partial(lightning_run, bare=True),
     }
+    for key in args.per_callback:
+        sides[f"without {key}"] = functools.partial(lightning_run, without=key)
     runs: dict[str, list[torch.Tensor]] = {name: [] for name in sides}
     validated: set[int] = set()
     for _ in range(args.rounds):
@@ -151,11 +159,13 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
     print(f"{label(experiment)}: steps {args.warmup}..{args.steps}, {args.rounds} rounds")
     rates, left_out = {}, {}
     for name, rounds in runs.items():
-        per_round = " ".join(f"{kept.sum().item() / t[kept].sum().item():.2f}" for t in rounds)
         fastest = torch.stack(rounds).min(dim=0).values
         rates[name] = kept.sum().item() / fastest[kept].sum().item()
         left_out[name] = fastest[~kept].mean().item() if validated else 0.0
-        print(f"  {name:12} steps/s {rates[name]:.2f} (rounds: {per_round})")
+        if not name.startswith("without "):
+            per_round = " ".join(f"{kept.sum().item() / t[kept].sum().item():.2f}" for t in rounds)
+            print(f"  {name:12} steps/s {rates[name]:.2f} (rounds: {per_round})")
+    print_callback_costs(rates, fit, args.per_callback)
     if validated:
         fit_ms, loop_ms = 1000 * left_out[fit], 1000 * left_out["plain loop"]
         print(
@@ -171,12 +181,37 @@ def benchmark(experiment: str, args: argparse.Namespace) -> float:
     return ratio
 
 
+def print_callback_costs(rates: dict[str, float], fit: str, keys: list[str]) -> None:
+    """What each standard callback costs a step of ``fit``: its time per step with all of them
+    minus without that one (negative: within the noise, or it saves work elsewhere)."""
+    if not keys:
+        return
+    step_ms = 1000 / rates[fit]
+    print(f"  per callback, {fit} at {step_ms:.3f} ms a step; cost = that minus the step without it:")
+    for key in keys:
+        cost = step_ms - 1000 / rates[f"without {key}"]
+        print(f"    {key:20} {cost:+8.3f} ms a step ({cost / step_ms:+6.1%})")
+
+
+def callback_keys(value: str) -> list[str]:
+    keys = [] if value == "none" else list(STANDARD_CALLBACKS) if value == "all" else value.split(",")
+    unknown = sorted(set(keys) - set(STANDARD_CALLBACKS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"not a standard callback: {', '.join(unknown)}")
+    return keys
+
+
 def main_benchmark(argv: list[str] | None = None) -> None:
     options = parser(__doc__, EXPERIMENTS)
     options.add_argument("--steps", type=int, default=240, help="steps per run (the LM validates at 250)")
     options.add_argument("--warmup", type=int, default=20, help="first steps left out of the timing")
     options.add_argument("--rounds", type=int, default=3)
     options.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
+    options.add_argument(
+        "--per-callback", type=callback_keys, default="all", metavar="KEYS",
+        help="the standard callbacks (config keys, comma-separated; all, none) each switched off in "
+        "a run of its own, to print what each costs a step",
+    )  # fmt: skip
     args = parse(options, argv)
     if args.warmup + 2 > args.steps:
         options.error(f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) by at least 2")

@@ -4,6 +4,7 @@ metrics, gradients equal to one big batch, exact resume after a kill, and a two-
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import socket
@@ -60,11 +61,19 @@ def states_equal(a: Path, b: Path) -> None:
         assert torch.equal(expected[key], got[key]), f"{key} differs"
 
 
+# Each rank's host reads of device values and collectives in its ordinary steps, as JSON.
+COUNTER = """
+    - class_path: projkit.testing.SyncCounter
+      init_args:
+        path: {}/ordinary-steps-rank{{rank}}.json
+"""
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """A 2-rank run of two epochs, never interrupted, ending with a test of its best checkpoint."""
     workdir = tmp_path_factory.mktemp("ddp-reference")
-    result = ddp_fit(workdir, "--test_after_fit=true")
+    result = ddp_fit(workdir, "--test_after_fit=true", overlay=PERIODIC + COUNTER.format(workdir))
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -90,6 +99,18 @@ def test_one_run_directory_one_config_checkpoints_written_once(reference):
     with open(run / "metrics.csv", newline="") as f:
         steps = [row["step"] for row in csv.DictReader(f) if row.get("train/loss")]
     assert len(steps) == len(set(steps)), "only rank 0 logs"
+
+
+@pytest.mark.slow
+def test_an_ordinary_ddp_step_neither_syncs_nor_communicates(reference):
+    """DDP's gradient all-reduce runs in its C++ reducer and is not counted; a collective that the
+    kit or Lightning adds from Python is (Lightning broadcast its SIGTERM flag on every step, and
+    Preemption all-reduced its own)."""
+    for rank in (0, 1):
+        windows = json.loads((reference / f"ordinary-steps-rank{rank}.json").read_text())
+        assert len(windows) >= 5, windows
+        events = [f"batch {b}: {e['what']} at {e['where']}" for b, es in windows.items() for e in es]
+        assert not events, f"rank {rank}, in its ordinary steps:\n" + "\n".join(events)
 
 
 @pytest.mark.slow

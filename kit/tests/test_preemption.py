@@ -150,11 +150,13 @@ def test_sigterm_to_every_ddp_rank_saves_and_exits(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_to_one_non_zero_rank_stops_every_rank(tmp_path):
+    """Signalled in step 5 (from step 4): the ranks agree on a signal every ``log_every_n_steps``
+    steps (2 here), so every rank stops at step 6."""
     process = start(tmp_path, *DDP, fault=fault("SignalAtStep", step=4, rank=1))
     code, output = finish(process, timeout=300)
     assert code != 0, output[-3000:]
-    assert "Received SIGTERM at step 5" in output
-    assert_saved_and_resumable(tmp_path, 5, processes=2)
+    assert "Received SIGTERM at step 6" in output
+    assert_saved_and_resumable(tmp_path, 6, processes=2)
 
 
 @pytest.mark.slow

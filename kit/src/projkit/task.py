@@ -46,6 +46,7 @@ class TaskModule(LightningModule):
         self.scheduler_monitor = scheduler_monitor
         self._lr: float | None = None
         self._warmup_steps: int | None = None
+        self._on_host: dict[str, torch.Tensor] = {}  # the progress bar's values, copied to the host
         check_optimization(optimizer, scheduler)
         self.compiled = compile
         if compile:
@@ -225,3 +226,17 @@ class TaskModule(LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:
             self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Lightning turns each value logged to the progress bar into a number at every batch's end
+        # until the epoch ends, a read of the device on every step after the one that logged it.
+        # Copied to the host once, on that step (whose metrics Lightning reads right after this), the
+        # later steps read the copy. A subclass that overrides this hook calls super() to keep it.
+        results = self.trainer._results
+        if results is None:
+            return
+        for key, metric in results.valid_items():
+            value = metric._forward_cache
+            copied = self._on_host.get(key) is value
+            if metric.meta.prog_bar and isinstance(value, torch.Tensor) and not copied:
+                metric._forward_cache = self._on_host[key] = value.detach().to("cpu", copy=True)

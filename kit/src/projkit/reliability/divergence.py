@@ -1,11 +1,13 @@
-"""Stop a diverging run at the first non-finite loss, and never checkpoint non-finite weights."""
+"""Stop a diverging run at the first non-finite loss, and never checkpoint what came after it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.trainer.states import TrainerFn
 
 from projkit.errors import DivergenceError
 
@@ -16,31 +18,103 @@ CAUSES = (
     "normalisation). Stack configs/debug/anomaly.yaml to find the first operation that produced it, "
     "and resume from a good checkpoint with --ckpt_path last."
 )
+# Steps kept between two looks at most: a run that neither logs nor checkpoints nor ends an epoch
+# for this many steps is looked at once per this many, one read of the device each time.
+MOST_KEPT = 1000
 
 
 class StopOnDivergence(Callback):
-    """Checks the loss before backward on every step, and every checkpoint before it is written.
+    """Stops the run (``DivergenceError``, exit code 1) when the training loss or its gradients
+    become NaN or infinite; no such step reaches the weights, the optimizer's state or a checkpoint.
 
-    A NaN loss stops the run before backward, so that step never reaches the weights or the
-    optimizer state. Weights can also overflow from a finite loss (one huge update); then the save
-    is refused, so no checkpoint of a diverged model replaces the last good one. Under
-    ``bf16-mixed`` there is no gradient scaler to skip such steps, so without this the NaN would
-    be applied. The cost is one device-to-host sync of a scalar per step.
+    The check stays on the device, so that an ordinary step never waits for the GPU. On each
+    optimizer step a flag is computed there (every loss of the step and the gradients' total norm
+    finite) and, where it is false, the gradients are zeroed before the optimizer steps: the
+    optimizer then takes a step without that gradient (its momentum and weight decay still apply,
+    finite). The host reads the flags only where it reads the device anyway: on the steps the
+    loggers write (every ``log_every_n_steps``), before a validation, as a checkpoint is saved, at
+    an epoch's end and at the end of training (and once per 1,000 steps where none of these comes).
+    There the run stops, naming the first bad step and its loss: at most ``log_every_n_steps - 1``
+    optimizer steps after it, each without its gradient, and before any checkpoint, validation or
+    test of a later step. Under ``16-mixed`` the gradient scaler skips steps with non-finite
+    gradients itself (that is how it finds its scale), so only the loss is checked there.
+
+    Weights can also overflow from a finite gradient (one huge update): every checkpoint's weights
+    are checked as it is saved, and one with a non-finite weight is refused, so it never replaces
+    the last good one.
     """
 
+    def __init__(self) -> None:
+        self._finite: torch.Tensor | None = None  # every loss of this step so far finite (device)
+        self._loss: torch.Tensor | None = None  # this step's first non-finite loss, or its last
+        # (flag, loss, step, epoch, batch) of each optimizer step since the host last looked.
+        self._steps: list[tuple[torch.Tensor, torch.Tensor, int, int, int]] = []
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finite, self._loss, self._steps = None, None, []
+
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        if bool(torch.isfinite(loss.detach())):
+        loss = loss.detach()
+        if self._finite is None or self._loss is None:
+            self._finite, self._loss = torch.isfinite(loss), loss
+        else:
+            self._loss = torch.where(self._finite, loss, self._loss)
+            self._finite = self._finite & torch.isfinite(loss)
+
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        finite, loss = self._finite, self._loss
+        self._finite = self._loss = None
+        if finite is None or loss is None:  # no backward through this hook's Trainer: nothing to check
             return
+        if grads and getattr(trainer.precision_plugin, "scaler", None) is None:
+            finite = finite & on(finite.device, torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+            skip = ~finite
+            for grad in grads:
+                grad.masked_fill_(on(grad.device, skip), 0)
         batch = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
+        self._steps.append((finite, loss, trainer.global_step, trainer.current_epoch, batch))
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
+        every = trainer.log_every_n_steps
+        logs = every > 0 and trainer.global_step % every == 0 and not trainer.fit_loop._should_accumulate()
+        if logs or len(self._steps) >= MOST_KEPT:
+            self._look(trainer)
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._look(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._look(trainer)
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._look(trainer)
+
+    def _look(self, trainer: Trainer) -> None:
+        """Raise if a step kept since the last look was not finite: one read of the device."""
+        if not self._steps:
+            return
+        flags = torch.stack([on(self._steps[0][0].device, flag) for flag, *_ in self._steps])
+        if bool(flags.all()):
+            self._steps = []
+            return
+        _, loss, step, epoch, batch = self._steps[flags.tolist().index(False)]
+        self._steps = []
+        value = loss.item()
+        grads = ", with non-finite gradients" if math.isfinite(value) else ""
         raise DivergenceError(
-            f"The training loss is {loss.item()} at step {trainer.global_step} (epoch "
-            f"{trainer.current_epoch}, batch {batch}); the run stopped before applying it. "
-            + CAUSES.format(precision=trainer.precision)
+            f"The training loss is {value} at step {step} (epoch {epoch}, batch {batch}){grads}; its "
+            f"gradients were not applied, the run stopped at step {trainer.global_step}, and no checkpoint "
+            "of a later step was written. " + CAUSES.format(precision=trainer.precision)
         )
 
     def on_save_checkpoint(
         self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        self._look(trainer)
         # The weights: parameters and buffers. Metric states, such as a running maximum that
         # starts at -inf, may be non-finite by design.
         weights = {name for name, _ in pl_module.named_parameters()} | {
@@ -57,3 +131,8 @@ class StopOnDivergence(Callback):
                 f"{', …' if len(bad) > 3 else ''}); the checkpoint was not written, so the ones on disk "
                 "are from earlier steps. " + CAUSES.format(precision=trainer.precision)
             )
+
+
+def on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on ``device`` (a model split across devices), itself when it is there already."""
+    return tensor if tensor.device == device else tensor.to(device, non_blocking=True)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -18,6 +19,13 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from projkit.context import current
 from projkit.rundir.naming import run_directory
+
+# How many steps the ranks train between two agreements on a signal when nothing logs.
+DEFAULT_EVERY = 50
+
+
+def distributed(trainer: Trainer) -> bool:
+    return trainer.world_size > 1 and torch.distributed.is_initialized()
 
 
 class Preempted(SystemExit):
@@ -32,17 +40,22 @@ class Preemption(Callback):
     (``last_checkpoint: null``), the resumed run skips a validation that followed the step. A
     signal from the sanity check on stops the run after its first step the same way.
 
-    Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs
-    when only another rank is signalled, and ends the run with exit code 0, so a scheduler records
-    success. Here the handler only records the signal; at the end of each training step the ranks
-    agree (one max-reduce of a scalar on the CPU) and all stop together. ``grace_seconds`` after a
-    signal, a process that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM
-    the job is requeued (``scontrol requeue``) when ``requeue`` is set, unless it was cancelled
-    (``scancel``), and resumes with ``--ckpt_path auto``. A second Ctrl-C interrupts at once; a
-    repeated SIGTERM (Slurm signals the job's steps and ``srun`` forwards it too) changes nothing. A
-    worker whose launcher dies stops the same way. In ``validate``, ``test`` (the one after ``fit``
-    too) and ``predict`` there is nothing to save: the process stops at the next batch with 128 +
-    signal, and the job is requeued, so that the evaluation runs again.
+    Lightning's own SIGTERM handler broadcasts from rank 0 inside the signal handler, which hangs when
+    only another rank is signalled, and ends the run with exit code 0, so a scheduler records success.
+    Here the handler only records the signal, and the ranks agree on it at the end of a training step (a
+    max-reduce of a scalar on the CPU) and all stop together: one process stops at the step's end; under
+    DDP the ranks agree after the first step, then every ``log_every_n_steps`` steps (where the loggers
+    wait for the device anyway), or every fewer where steps are slow, so that they agree at least every
+    ``grace_seconds / 4`` (measured at each agreement), and at the end of training. A signalled run so
+    trains at most that many steps more, and an ordinary step issues no collective. Lightning's own
+    per-step broadcast of its SIGTERM flag is switched off. ``grace_seconds`` after a signal, a process
+    that is still alive (stuck in I/O or a collective) exits anyway. Under SLURM the job is requeued
+    (``scontrol requeue``) when ``requeue`` is set, unless it was cancelled (``scancel``), and resumes
+    with ``--ckpt_path auto``. A second Ctrl-C interrupts at once; a repeated SIGTERM (Slurm signals the
+    job's steps and ``srun`` forwards it too) changes nothing. A worker whose launcher dies stops the same
+    way. In ``validate``, ``test`` (the one after ``fit`` too) and ``predict`` there is nothing to save:
+    the process stops at the next batch with 128 + signal, and the job is requeued, so that the evaluation
+    runs again.
 
     Lightning's SLURM auto-requeue is switched off: on a signal of its own (SIGUSR1) it saves an
     ``hpc_ckpt_*.ckpt`` that ``--ckpt_path last`` does not look for, from inside rank 0's handler,
@@ -58,6 +71,10 @@ class Preemption(Callback):
         self._previous: dict[int, object] = {}
         self._group: torch.distributed.ProcessGroup | None = None
         self._stop_watching: Callable[[], None] = lambda: None
+        # Under DDP, the ranks agree on a signal every this many steps (once after the first step,
+        # then as ``_agreed`` says); (time, step) when they last did.
+        self._every = 1
+        self._last = (0.0, 0)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         # Before the Trainer registers its signal handlers, from this same environment object.
@@ -72,6 +89,7 @@ class Preemption(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._install(trainer)
+        self._every, self._last = 1, (time.monotonic(), trainer.global_step)
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._install(trainer)
@@ -85,12 +103,17 @@ class Preemption(Callback):
     def _install(self, trainer: Trainer) -> None:
         if self._previous or threading.current_thread() is not threading.main_thread():
             return
-        distributed = trainer.world_size > 1 and torch.distributed.is_initialized()
-        if distributed and torch.distributed.get_backend() != "gloo":
+        several = distributed(trainer)
+        if several and torch.distributed.get_backend() != "gloo":
             # The ranks agree on a CPU tensor over a gloo side group: a tensor on the GPU would make
             # the host wait for the device's queue to drain at every step.
             self._group = torch.distributed.new_group(backend="gloo")
         self._previous = {s: signal.signal(s, self._record) for s in (signal.SIGTERM, signal.SIGINT)}
+        if several:
+            # Lightning's training loop broadcasts its SIGTERM flag from rank 0 on every step, a
+            # collective and a read of the device per step; its handler, which sets that flag, is
+            # replaced above, so the flag stays unset: this agreement does its job.
+            trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
         # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
         # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
         connector = trainer._signal_connector
@@ -101,6 +124,9 @@ class Preemption(Callback):
             self._watch_launcher()
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # A signal since the ranks last agreed: training ended before they would agree again.
+        if not self._exit_code and distributed(trainer) and (signum := self._agreed(trainer)):
+            self._stop(trainer, signum)
         self._leave()
         self._release()
 
@@ -154,16 +180,33 @@ class Preemption(Callback):
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
         if trainer.fit_loop._should_accumulate():
             return  # the gradients accumulated so far are in no checkpoint: stop once they are applied
-        if signum := self._agreed(trainer):
+        if not distributed(trainer):
+            signum = self._signal
+        elif trainer.global_step % self._every == 0:
+            signum = self._agreed(trainer, self._pace(trainer))
+        else:
+            return
+        if signum:
             self._stop(trainer, signum)
 
-    def _agreed(self, trainer: Trainer) -> int:
-        """The signal any rank received, or 0: every rank calls this at the same point."""
+    def _pace(self, trainer: Trainer) -> float:
+        """This rank's seconds per step since the ranks last agreed (a validation between counts)."""
+        now, step = time.monotonic(), trainer.global_step
+        (then, before), self._last = self._last, (now, step)
+        return (now - then) / max(step - before, 1) if then else 0.0
+
+    def _agreed(self, trainer: Trainer, pace: float = 0.0) -> int:
+        """The signal any rank received, or 0: every rank calls this at the same point. The ranks
+        agree on the slowest pace too, and from it on how many steps to train before they agree
+        again: ``log_every_n_steps``, fewer where that many would outlast a quarter of
+        ``grace_seconds``."""
         signum = self._signal
-        if trainer.world_size > 1 and torch.distributed.is_initialized():
-            flag = torch.tensor([signum])
+        if distributed(trainer):
+            flag = torch.tensor([float(signum), pace], dtype=torch.float64)
             torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=self._group)
-            signum = int(flag.item())
+            signum, pace = int(flag[0]), float(flag[1])
+            most = trainer.log_every_n_steps or DEFAULT_EVERY
+            self._every = min(most, max(1, int(self.grace_seconds / 4 / pace))) if pace > 0 else most
         return signum
 
     def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
