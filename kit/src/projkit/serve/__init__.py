@@ -45,6 +45,12 @@ DEFAULTS = {
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The server's options on ``parser``: also the CLI's, whose ``--help`` lists ``serve``."""
     parser.add_argument("export", nargs="?", help="the export folder (<run>/export/<checkpoint>/)")
+    parser.add_argument(
+        "-c", "--config", action="append", default=[], help="with --ckpt_path: export this experiment first"
+    )
+    parser.add_argument(
+        "--ckpt_path", help="with --config: the checkpoint to export first (best, last, a path)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help=f"the address to bind: one of {', '.join(HOSTS)}")
     parser.add_argument("--port", type=int, default=8000, help="the port to listen on (1024-65535)")
     parser.add_argument(
@@ -90,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m <package> serve [EXPORT] [options]``, or with ``--config``/``--ckpt_path`` (any
-    other flag goes to ``export`` then)."""
+    other flag goes to ``export`` then, written as ``--key=value``)."""
     parser = add_arguments(
         argparse.ArgumentParser(prog=f"{current().command} serve", description=DESCRIPTION)
     )
@@ -111,18 +117,20 @@ def main(argv: Sequence[str] | None = None) -> None:
 def export_folder(args: argparse.Namespace, rest: list[str]) -> Path:
     """The folder to serve: the one given, or the one ``export`` writes for ``rest`` (``--config``,
     ``--ckpt_path`` and other flags of export's), run first in a process of its own."""
-    exporting = any(arg.split("=")[0] in ("--config", "-c", "--ckpt_path") for arg in rest)
+    exporting = bool(args.config or args.ckpt_path)
     if args.export is not None and not exporting:
         if rest:
             raise ServeError(
                 f"unknown option(s) {' '.join(rest)}: `{current().command} serve --help` lists them."
             )
         return Path(args.export)
-    if args.export is not None or not exporting:
+    if args.export is not None or not (args.config and args.ckpt_path):
         raise ServeError(
             "give either the export folder to serve (<run>/export/<checkpoint>/) or --config and "
-            "--ckpt_path to export a checkpoint first, not both, nor neither."
+            "--ckpt_path to export a checkpoint first (export's own flags as --key=value), not both."
         )
+    configs = [part for config in args.config for part in ("--config", config)]
+    rest = [*configs, f"--ckpt_path={args.ckpt_path}", *rest]
     command = [sys.executable, "-m", current().package, "export", *rest, "--formats=onnx"]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
     sys.stdout.write(done.stdout)

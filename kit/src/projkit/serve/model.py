@@ -33,7 +33,7 @@ def read_export(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise ServeError(f"{folder}: no such export folder; {fix}.")
     for name in ("model.json", "model.onnx"):
-        if not (folder / name).is_file():
+        if not (folder / name).exists() or (folder / name).is_dir():
             raise ServeError(f"{folder}: no {name} in it, so it is no complete export; {fix}.")
     try:
         spec = json.loads((folder / "model.json").read_text(encoding="utf-8"))

@@ -60,7 +60,8 @@ def image_request(
     unknown = sorted(set(query) - {"top_k"})
     if unknown:
         raise BadRequest(400, f"unknown query parameter(s) {', '.join(unknown)}: only top_k is taken.")
-    top_k = whole_number(query.get("top_k", str(DEFAULT_TOP_K)), "top_k", 1, classes, clip=True)
+    top_k = query_number(query.get("top_k", str(DEFAULT_TOP_K)), "top_k")
+    top_k = whole_number(top_k, "top_k", 1, classes, clip=True)
     if not body:
         raise BadRequest(400, "the body is empty: send an image file (PNG, JPEG, ...) as the request body.")
     return {"pixels": decoded_pixels(body, pre, limits.max_pixels), "top_k": top_k}
@@ -125,7 +126,7 @@ def generation_request(body: bytes, content_type: str, vocab: str, limits: Limit
     return {
         "tokens": prompt_tokens(asked.get("prompt"), vocab),
         "max_new_tokens": whole_number(
-            asked.get("max_new_tokens", DEFAULT_NEW_TOKENS),
+            asked.get("max_new_tokens", min(DEFAULT_NEW_TOKENS, limits.max_new_tokens)),
             "max_new_tokens",
             0,
             limits.max_new_tokens,
@@ -151,16 +152,19 @@ def prompt_tokens(prompt: Any, vocab: str) -> list[int]:
     return [index[character] for character in prompt]
 
 
+def query_number(text: str, name: str) -> int:
+    """A query parameter's text as a whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        raise BadRequest(400, f"{name} {text!r} (query): give a whole number.") from None
+
+
 def whole_number(
     value: Any, name: str, low: int, high: int | None, clip: bool = False, flag: str | None = None
 ) -> int:
     """``value`` as a whole number in [low, high] (``clip``: a larger one cut to ``high``); ``flag``,
-    the server's option that sets ``high``."""
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            raise BadRequest(400, f"{name} {value!r}: give a whole number.") from None
+    the server's option that sets ``high``. A JSON field must be a number, not a string of one."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(400, f"{name} {value!r}: give a whole number.")
     if clip and high is not None:
