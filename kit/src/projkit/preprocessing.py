@@ -24,11 +24,11 @@ MODES = ("L", "RGB")
 def to_mode(image: Image.Image, mode: str) -> Image.Image:
     """``image`` as ``mode`` ("L" grey, "RGB"). 16-bit grey (Pillow's "I;16…" and "I") is first
     scaled to 8 bits (``round(v / 257)``): Pillow's own conversion clips it instead, which makes any
-    value from 255 up white."""
+    value from 255 up white. Always a new image, read in full: it outlives the file it came from."""
     if image.mode.startswith("I"):
         scaled = np.asarray(image, np.float64) / 257
         image = Image.fromarray(np.clip(scaled.round(), 0, 255).astype(np.uint8))
-    return image if image.mode == mode else image.convert(mode)
+    return image.copy() if image.mode == mode else image.convert(mode)
 
 
 @dataclass(frozen=True)
