@@ -13,6 +13,7 @@ import random
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,7 @@ def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, 
                 break
             except OSError:
                 assert server.process.poll() is None, "the server stopped while its model loaded"
+                time.sleep(0.05)
         assert status == 503
         body = json.dumps(GREEDY).encode()
         asking = [
@@ -228,6 +230,7 @@ def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, 
             thread.start()
         while accepted_connections(server) < 3:
             assert server.process.poll() is None and not answers
+            time.sleep(0.05)
         assert not answers, "nothing is answered before the model is in"
         server.process.send_signal(15)
         release.set()
