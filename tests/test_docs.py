@@ -167,6 +167,26 @@ def check_sweep(where: str, args: list[str], capsys: pytest.CaptureFixture) -> N
         assert int(n_trials) > 0, where
 
 
+def check_serve(where: str, args: list[str], capsys: pytest.CaptureFixture) -> None:
+    """``serve`` starts a server: its options must be ones its parser lists; an export folder must
+    be where ``export`` writes one; with --config the export it runs first is checked as ``export``
+    lines are (as far as looking for the checkpoint)."""
+    from projkit.serve import main as serve
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        serve(["--help"])
+    assert exit_info.value.code == 0
+    known = set(re.findall(r"--\w+", capsys.readouterr().out))
+    given = [arg.partition("=")[0] for arg in args[1:] if arg.startswith("--")]
+    assert set(given) <= known, f"{where}: options {sorted(set(given) - known)} are not serve's"
+    if option(args, "--config") is None:
+        assert re.fullmatch(r"runs/\w+/version_\d+/export/\w+", args[1]), where
+        return
+    code, err = refusal(["export", *args[1:]], capsys)
+    assert code == 2 and "no readable checkpoint under" in err, f"{where}\n{tail(err)}"
+
+
 def test_the_pages_commands_are_found():
     """The commands below are read from the pages: a change to the pages' markup that hid them
     would otherwise leave nothing to check."""
@@ -189,6 +209,8 @@ def test_each_proj_command_in_the_pages_is_accepted(where, env, args, workdir, m
     assert keyword in (None, "last", "best", "auto"), f"{where}: --ckpt_path {keyword}"
     if args[0] == "sweep":
         check_sweep(where, args, capsys)
+    elif args[0] == "serve":
+        check_serve(where, args, capsys)
     elif keyword in ("last", "best") and "--print_config" not in args:
         code, err = refusal(args, capsys)
         assert code == 2 and f"--ckpt_path {keyword}: no readable checkpoint under" in err, (

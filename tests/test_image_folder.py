@@ -232,3 +232,39 @@ def test_the_checkpoint_names_the_folders_classes_for_predict_and_export_without
     main(["export", *common, f"--ckpt_path={last}", "--formats=pt2"])
     (described,) = last.parents[1].glob("export/*/model.json")
     assert json.loads(described.read_text())["classes"] == ["bright", "dark"]
+
+
+@pytest.mark.slow  # a tiny fit, a predict and two exports
+def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(workdir, capsys):
+    """Export reads the checkpoint, not the training files: a bad file there does not stop it, and
+    what it prints and writes names no path of this machine. ``bad_files=skip``
+    holds for ``predict_path`` too: the bad file is left out with a line, the others predicted."""
+    root = workdir / "shapes"
+    for index in range(8):
+        for label, level in (("bright", 230), ("dark", 25)):
+            write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
+    common = (
+        "--config",
+        config("image_folder.yaml"),
+        *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
+        "--trainer.max_epochs=1",
+    )
+    main(["fit", *common, "--test_after_fit=false"])
+    (root / "dark" / "notes.png").write_text("not an image")
+    mine = workdir / "mine"
+    for name, level in (("a.png", 230), ("b.png", 25)):
+        write_png(mine / name, np.full((11, 7), level))
+    (mine / "broken.png").write_bytes((mine / "a.png").read_bytes()[:30])
+    skip = ("--data.init_args.bad_files=skip", f"--data.init_args.predict_path={mine}", "--ckpt_path=last")
+    left_out = r"data\.predict_path: left out 1 unreadable file\(s\) .*broken\.png"
+    with pytest.warns(UserWarning, match=left_out):
+        main(["predict", *common, *skip])
+    with open(workdir / "runs" / "image_folder" / "version_0" / "predictions.csv", newline="") as f:
+        assert [row["file"] for row in csv.DictReader(f)] == ["a.png", "b.png"]
+    capsys.readouterr()
+    main(["export", *common, "--ckpt_path=last", "--formats=onnx"])
+    printed = capsys.readouterr().out
+    assert "Exported runs/image_folder/version_0/export/last/model.json" in printed, printed
+    described = workdir / "runs" / "image_folder" / "version_0" / "export" / "last" / "model.json"
+    assert str(workdir) not in printed + described.read_text()
+    assert json.loads(described.read_text())["classes"] == ["bright", "dark"]

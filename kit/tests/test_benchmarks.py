@@ -207,3 +207,21 @@ def test_trial_start_benchmark(benchmark, capsys, workdir):
         f"median: new {new:.1f} s, forked {forked:.1f} s",
         f"ratio {new / forked:.2f} (new / forked)",
     ]
+
+
+@pytest.mark.slow
+def test_serve_benchmark(benchmark, capsys):
+    args = ["--experiment", config("classify.yaml"), "--rounds=1", "--seconds=0.2", "--requests=20"]
+    ratios = benchmark("serve").main_benchmark([*args, "--clients", "1", "4"])
+    output = capsys.readouterr().out
+    row = r"^ *(\d+) clients  (\S+(?: \S+)?) +([\d,.]+) requests/s .* ([\d.]+)x direct$"
+    rows = re.findall(row, output, re.M)
+    assert {(int(c), name) for c, name, _, _ in rows} == {
+        (c, name) for c in (1, 4) for name in ("direct", "batching", "no batching")
+    }, output
+    for clients, name, rate, ratio in rows:
+        assert float(rate.replace(",", "")) > 0
+        assert float(ratio) == pytest.approx(ratios[name, int(clients)], abs=1e-3)
+    assert output.strip().splitlines()[-1] == (
+        f"ratio {ratios['batching', 4]:.3f} (served with batching / direct onnxruntime, 4 clients)"
+    )

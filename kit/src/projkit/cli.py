@@ -102,9 +102,12 @@ SUBCOMMANDS = {
     "predict": "Predict with a checkpoint into predictions.csv.",
     "export": "Export a checkpoint: ONNX, torch.export, model.json.",
     "sweep": "Run an Optuna sweep; each trial is a fit.",
+    "serve": "Serve an export over HTTP: answers as predict does.",
 }
+# Started by projkit.project before Lightning is imported; listed in --help with the others.
+OWN_SUBCOMMANDS = ("sweep", "serve")
 DESCRIPTION_OF_PROG = (
-    "Train, evaluate, export and sweep models. `{prog} SUBCOMMAND --help` lists its options."
+    "Train, evaluate, export, sweep and serve models. `{prog} SUBCOMMAND --help` lists its options."
 )
 
 # What a run prints is what the user can act on. These say nothing actionable: an advert for a
@@ -182,12 +185,13 @@ class ProjectCLI(LightningCLI):
         subcommands = self.parser._subcommands_action
         for choice in subcommands._choices_actions:
             choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
-        if len(subcommands.choices) == len(SUBCOMMANDS) - 1:
+        if len(subcommands.choices) == len(SUBCOMMANDS) - len(OWN_SUBCOMMANDS):
             # Here only: the sweep module imports Optuna and SQLAlchemy, which a `fit` never needs.
-            from projkit.sweep import DESCRIPTION, add_arguments
+            from projkit import serve, sweep
 
-            sweep = add_arguments(ShortErrorParser(description=DESCRIPTION))
-            subcommands.add_subcommand("sweep", sweep, help=SUBCOMMANDS["sweep"])
+            for name, module in (("sweep", sweep), ("serve", serve)):
+                parser = module.add_arguments(ShortErrorParser(description=module.DESCRIPTION))
+                subcommands.add_subcommand(name, parser, help=SUBCOMMANDS[name])
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for key, base in STANDARD_CALLBACKS.items():
@@ -223,10 +227,9 @@ class ProjectCLI(LightningCLI):
         check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
-        if subcommand == "sweep":
-            parser.error(
-                f"sweep: start the command with it, as `{current().command} sweep --config SWEEP.yaml`."
-            )
+        if subcommand in OWN_SUBCOMMANDS:
+            example = "sweep --config SWEEP.yaml" if subcommand == "sweep" else "serve EXPORT_FOLDER"
+            parser.error(f"{subcommand}: start the command with it, as `{current().command} {example}`.")
         if subcommand:
             check_environment(self, subcommand)
         config = self.config[subcommand] if subcommand else self.config

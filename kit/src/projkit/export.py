@@ -6,15 +6,17 @@ checkpoint's run directory under ``export/<checkpoint name>/``:
 - ``model.onnx``, for onnxruntime and the other ONNX runtimes (``torch.onnx.export(dynamo=True)``);
 - ``model.pt2``, a ``torch.export`` program, which ``torch.export.load`` reads with nothing but torch;
 - ``model.json``, what a deployer needs besides: the class names or the vocabulary, the input's
-  shape, dtype and range, the checkpoint it came from and the versions that made it.
+  shape, dtype and range, an image's preprocessing, the checkpoint it came from (its file name and
+  sha256: no path of the machine that trained it) and the versions that made it.
 
 Image models take float pixels in [0, 1], ``(N, C, H, W)``, with the data's normalisation inside the
 graph (``projkit.deploy.PixelInput``); the language model takes int64 token ids ``(N, T)``, any ``T`` up
-to its ``block_size``. Both return logits, for any batch size. Before anything is kept, every
-artifact runs on a batch of the test split (and on its first sample alone) and is compared with the
-checkpoint's own forward: the largest logit difference and the share of equal predictions are
-printed, and over the tolerance the export fails with exit status 1, leaving an earlier export of
-the checkpoint as it was.
+to its ``block_size``. Both return logits, for any batch size. Export needs what the checkpoint and
+the data module's settings hold, not the data: before anything is kept, every artifact runs on
+seeded inputs (``Deployable.examples``; a batch of the test split for a deployable without them), at
+batch size 1 and an odd size, and is compared with the checkpoint's own forward: the largest logit
+difference and the share of equal predictions are printed, and over the tolerance the export fails
+with exit status 1, leaving an earlier export of the checkpoint as it was.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 
 from projkit.checks.checkpoint import load_checkpoint
 from projkit.context import current
-from projkit.deploy import Deployable
+from projkit.deploy import EXAMPLES, Deployable
 from projkit.errors import ConfigError, ExportCheckError
 from projkit.rundir.lock import RunLock
 
@@ -86,9 +88,10 @@ def parse_formats(formats: str) -> list[str]:
 def export_folder(ckpt_path: Path) -> Path:
     """``<run>/export/<checkpoint name>/`` for a checkpoint of a run (``<run>/checkpoints/x.ckpt``),
     ``export/<name>/`` beside any other checkpoint file: best and last of a run never overwrite
-    each other's export."""
-    ckpt_path = ckpt_path.resolve()
-    run = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+    each other's export. Relative as ``ckpt_path`` is: it is printed as the user gave it."""
+    ckpt_path = Path(os.path.normpath(ckpt_path))
+    in_run = ckpt_path.resolve().parent.name == "checkpoints"
+    run = ckpt_path.parent.parent if in_run else ckpt_path.parent
     return run / EXPORT_DIR / ckpt_path.stem
 
 
@@ -109,12 +112,10 @@ def export_checkpoint(
     model.to("cpu").eval()
     trainer.strategy.connect(model)
     datamodule.trainer = trainer
-    datamodule.setup("test")
-    batch = datamodule.on_after_batch_transfer(next(iter(datamodule.test_dataloader())), 0)
     deployable = deployable_of(model, datamodule)
     description = dict(deployable.description)
-    # What the checkpoint computes on the test batch, and what the artifacts are given for it.
-    model_inputs = batch[0] if isinstance(batch, (list, tuple)) else batch
+    # What the checkpoint computes on the check's inputs, and what the artifacts are given for them.
+    model_inputs = check_inputs(deployable, datamodule)
     artifact_inputs = deployable.inputs(model_inputs)
     program = trace(deployable, artifact_inputs[:2], model)
 
@@ -126,7 +127,8 @@ def export_checkpoint(
     work.mkdir(parents=True)
     try:
         runners = write_artifacts(program, artifact_inputs[:2], work, formats, description["input"]["name"])
-        description["check"] = check(model, runners, model_inputs, artifact_inputs, tolerance)
+        kind = "seeded" if deployable.examples is not None else "test"
+        description["check"] = check(model, runners, model_inputs, artifact_inputs, tolerance, kind)
         description["checkpoint"] = checkpoint_facts(ckpt_path, checkpoint)
         description["versions"] = versions(formats)
         (work / "model.json").write_text(json.dumps(description, indent=2, ensure_ascii=False) + "\n")
@@ -139,6 +141,16 @@ def export_checkpoint(
     for path in paths.values():
         print(f"Exported {path}")
     return paths
+
+
+def check_inputs(deployable: Deployable, datamodule: LightningDataModule) -> torch.Tensor:
+    """The task module's inputs that the check runs: the deployable's seeded examples, which need no
+    data; a batch of the test split for a deployable that makes none."""
+    if deployable.examples is not None:
+        return deployable.examples(EXAMPLES)
+    datamodule.setup("test")
+    batch = datamodule.on_after_batch_transfer(next(iter(datamodule.test_dataloader())), 0)
+    return batch[0] if isinstance(batch, (list, tuple)) else batch
 
 
 def deployable_of(model: LightningModule, datamodule: LightningDataModule) -> Deployable:
@@ -224,10 +236,12 @@ def check(
     model_inputs: torch.Tensor,
     artifact_inputs: torch.Tensor,
     tolerance: float,
+    kind: str = "seeded",
 ) -> dict[str, dict[str, Any]]:
-    """Each artifact against the checkpoint on the test batch, at batch size 1 and an odd size (the
-    batch less one sample when it is even), token ids also at an odd shorter length: the figures,
-    printed and returned. An artifact over the tolerance raises ``ExportCheckError``."""
+    """Each artifact against the checkpoint on the check's inputs (``kind``: seeded or test), at
+    batch size 1 and an odd size (the batch less one sample when it is even), token ids also at an
+    odd shorter length: the figures, printed and returned. An artifact over the tolerance raises
+    ``ExportCheckError``."""
     odd = len(model_inputs) - (len(model_inputs) % 2 == 0)
     cuts = [(slice(0, 1),), (slice(0, odd),)]
     if not model_inputs.is_floating_point() and model_inputs.shape[1] > 2:
@@ -246,7 +260,7 @@ def check(
             "inputs": shapes,
         }
         print(
-            f"Check {name}: max |Δlogit| {difference:.2e}, argmax agreement {agreement:.2%} on test inputs "
+            f"Check {name}: max |Δlogit| {difference:.2e}, argmax agreement {agreement:.2%} on {kind} inputs "
             f"of shape {shapes} (tolerance {tolerance:g})"
         )
         if not difference <= tolerance:
@@ -259,12 +273,14 @@ def check(
 
 
 def checkpoint_facts(path: Path, checkpoint: dict) -> dict[str, Any]:
+    """The checkpoint by its file name and sha256: a deployment artifact carries no path of the
+    machine that trained it."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
     return {
-        "path": str(path.resolve()),
+        "file": path.name,
         "step": checkpoint.get("global_step"),
         "epoch": checkpoint.get("epoch"),
         "sha256": digest.hexdigest(),

@@ -4,7 +4,7 @@ defaults file every experiment starts from.
 The kit never imports the owner's package; the package hands itself over instead, in a few lines of
 its own (``Project(__name__, defaults)``, then ``run`` or ``main``), and the kit reads what it needs
 from here: the command to name in messages, the defaults to read first, the module a sweep's trial
-runs. This module imports neither torch nor Lightning, so ``sweep`` starts without them.
+runs. This module imports neither torch nor Lightning, so ``sweep`` and ``serve`` start without them.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Project:
 
     def run(self, argv: Sequence[str] | None = None) -> None:
         """``python -m <package> ARGS``: the subcommand of ``argv`` (``sys.argv[1:]`` by default).
-        ``sweep`` is dispatched before torch and Lightning are imported: it needs neither."""
+        ``sweep`` and ``serve`` are dispatched before torch and Lightning are imported: they need neither."""
         use(self)
         args = list(sys.argv[1:] if argv is None else argv)
         check_launcher_variables()
@@ -55,6 +55,10 @@ class Project:
             from projkit.sweep import main as sweep
 
             sweep(args[1:])
+        elif args[:1] == ["serve"]:
+            from projkit.serve import main as serve
+
+            serve(args[1:])
         else:
             from projkit.cli import main
 

@@ -6,7 +6,6 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
 from PIL import Image
@@ -16,6 +15,7 @@ from projkit.data import checks
 from projkit.data.image_files import image_problems, predict_files, refused_images
 from projkit.data.in_memory import TensorImageDataset
 from projkit.data.loaders import SplitLoaders
+from projkit.deploy import Preprocessing
 from projkit.reliability import TrainOrder
 
 
@@ -78,6 +78,12 @@ class Blobs(SplitLoaders, LightningDataModule):
     def input_shape(self) -> tuple[int, int, int]:
         return (1, self.hparams.image_size, self.hparams.image_size)
 
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """A file's way to the images: grey, the shorter side to ``image_size``, the centre square."""
+        size = self.hparams.image_size
+        return Preprocessing("L", shorter_side=size, filter="bilinear", crop=(size, size))
+
     def setup(self, stage: str) -> None:
         if stage == "predict" and self.hparams.predict_path is not None:
             self.setup_predict_files(Path(self.hparams.predict_path))
@@ -100,11 +106,7 @@ class Blobs(SplitLoaders, LightningDataModule):
         paths = predict_files(folder)
         if problems := image_problems(paths):
             raise refused_images(problems, "data.predict_path", folder)
-        size = self.hparams.image_size
-        images = [
-            torch.from_numpy(np.array(Image.open(path).convert("L").resize((size, size)))).unsqueeze(0)
-            for path in paths
-        ]
+        images = [torch.from_numpy(self.preprocessing.stored(Image.open(path))) for path in paths]
         self.splits["predict"] = TensorImageDataset(torch.stack(images), torch.full((len(paths),), -1))
         self.predict_files = [path.name for path in paths]
 

@@ -14,9 +14,12 @@ from PIL import Image
 from projkit.data import checks
 from projkit.data.image_files import image_files, image_problem, image_problems, predict_files, refused_images
 from projkit.data.loaders import SplitLoaders
+from projkit.deploy import Preprocessing
 from projkit.errors import ConfigError
+from projkit.preprocessing import to_mode
 from projkit.reliability import TrainOrder
 from torch.utils.data import DataLoader, Dataset
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from proj.data.image import adopt_network_normalisation
@@ -46,12 +49,23 @@ class ImageFiles(Dataset):
         path, label = self.samples[index]
         try:
             with Image.open(path) as image:
-                image = image.convert(self.mode)
+                image = to_mode(image, self.mode)
         except (OSError, ValueError) as error:  # changed since the check before the first step
             raise ConfigError(
                 f"{self.field}: '{path}' {image_problem(Path(path)) or error}, since the run began."
             ) from error
         return self.transform(image), label
+
+
+class Prepared:
+    """A Pillow image through a ``Preprocessing``, as the uint8 image tensor torchvision's transforms
+    take (a class, not a lambda: loader workers may need to pickle it)."""
+
+    def __init__(self, preprocessing: Preprocessing) -> None:
+        self.preprocessing = preprocessing
+
+    def __call__(self, image: Image.Image) -> tv_tensors.Image:
+        return tv_tensors.Image(torch.from_numpy(self.preprocessing.stored(image)))
 
 
 class ImageFolderDataModule(SplitLoaders, LightningDataModule):
@@ -68,7 +82,8 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     ``num_workers`` processes and transformed there with torchvision's transforms v2: training
     images get a random resized crop (``crop_scale`` of the area) and a horizontal flip (``flip``)
     when ``augment`` is on; evaluation images are resized and centre-cropped to ``crop_fraction``
-    of their side (ImageNet's 0.875). Both end at ``image_size`` squared, normalised with ``mean``
+    of their side (ImageNet's 0.875) by ``preprocessing``, the Pillow steps that ``model.json``
+    states for a deployment. Both end at ``image_size`` squared, normalised with ``mean``
     and ``std`` (ImageNet's by default), so nothing is left to do on the device. The order and
     every random crop resume exactly (``TrainOrder``), with any number of workers.
 
@@ -78,7 +93,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
 
     Every file is decoded once before the first step, so a truncated, empty or mislabelled file
     stops the command at once, named with every other such file, rather than the run partway
-    through; ``bad_files="skip"`` leaves them out instead, saying how many.
+    through; ``bad_files="skip"`` leaves them out instead, saying how many (``predict_path``'s too).
     """
 
     def __init__(
@@ -296,10 +311,21 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             steps.append(v2.RandomHorizontalFlip())
         return v2.Compose([*steps, *self.to_normalised()])
 
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """Evaluation's (and predict's) way from a file to pixels, which ``model.json`` states for a
+        deployment: the short side resized bilinearly to ``image_size / crop_fraction``, the centre
+        ``image_size`` square cut out."""
+        size = self.hparams.image_size
+        return Preprocessing(
+            "L" if self.hparams.channels == 1 else "RGB",
+            shorter_side=round(size / self.hparams.crop_fraction),
+            filter="bilinear",
+            crop=(size, size),
+        )
+
     def eval_transform(self) -> v2.Transform:
-        resized = round(self.hparams.image_size / self.hparams.crop_fraction)
-        steps = [v2.ToImage(), v2.Resize(resized, antialias=True), v2.CenterCrop(self.hparams.image_size)]
-        return v2.Compose([*steps, *self.to_normalised()])
+        return v2.Compose([Prepared(self.preprocessing), *self.to_normalised()])
 
     def to_normalised(self) -> list[v2.Transform]:
         return [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
@@ -317,7 +343,16 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             return
         paths = predict_files(self.predict_path)
         if problems := image_problems(paths):
-            raise refused_images(problems, "data.predict_path", self.predict_path)
+            if self.hparams.bad_files == "refuse":
+                hint = " Or set --data.init_args.bad_files=skip to predict on the others."
+                raise refused_images(problems, "data.predict_path", self.predict_path, hint)
+            paths = [path for path in paths if path not in problems]
+            if not paths:
+                raise refused_images(problems, "data.predict_path", self.predict_path, " None is left.")
+            rank_zero_warn(
+                f"data.predict_path: left out {len(problems)} unreadable file(s) (data.bad_files=skip), such "
+                f"as '{next(iter(problems))}'; predictions.csv has no row for them."
+            )
         # No labels: -1, as torchvision's STL10 marks its unlabelled images.
         samples = [(str(path), -1) for path in paths]
         mode = "L" if self.hparams.channels == 1 else "RGB"

@@ -15,12 +15,11 @@ from projkit.data import checks
 from projkit.data.image_files import image_problems, predict_files, refused_images
 from projkit.data.in_memory import TensorImageDataset
 from projkit.data.loaders import SplitLoaders
+from projkit.deploy import Preprocessing
 from projkit.errors import ConfigError
 from projkit.reliability import TrainOrder
-from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets
-from torchvision.transforms.v2 import functional as TF
 
 from proj.data.augment import random_hflip, random_translate
 
@@ -44,7 +43,7 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
 
     ``predict`` reads the test split, or with ``predict_path`` every image file directly in that
     folder, in name order (``predict_files``), converted to ``input_shape`` and to the stored
-    ``scale`` so that it is normalised exactly as training data is.
+    ``scale`` by ``preprocessing``, so that it is normalised exactly as training data is.
     """
 
     num_classes: int
@@ -150,35 +149,19 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
             f"{type(self).__name__}: {len(paths)} image files from '{folder}', as shape {self.input_shape}"
         )
 
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """How ``predict_path``'s files become images of the data (and ``model.json`` says so): stretched
+        to ``input_shape`` with Pillow's box filter, which averages the pixels each output pixel covers
+        (how the 8×8 digits were made from 32×32 bitmaps), to the stored ``scale`` levels."""
+        return Preprocessing.stretch(self.input_shape, filter="box", levels=int(self.scale))
+
     def read_image(self, path: Path) -> torch.Tensor:
         """One image file as a stored image: ``input_shape``'s channels (grey or RGB) and size,
-        intensities in [0, ``scale``] as uint8.
-
-        The aspect ratio is not kept. A larger image is shrunk by averaging the pixels each output
-        pixel covers (how the 8×8 digits were made from 32×32 bitmaps), so an image
-        enlarged by a whole factor shrinks back exactly; a smaller one is enlarged bilinearly.
-        """
-        channels, height, width = self.input_shape
+        intensities in [0, ``scale``] as uint8, by ``preprocessing``: the aspect ratio is not kept,
+        and an image enlarged by a whole factor shrinks back exactly."""
         with Image.open(path) as image:
-            x = unit_intensities(image, grey=channels == 1)
-        if x.shape[1] >= height and x.shape[2] >= width:
-            x = F.interpolate(x.unsqueeze(0), (height, width), mode="area").squeeze(0)
-        else:
-            x = TF.resize(x, [height, width], antialias=True)
-        return x.mul(self.scale).round().clamp(0, self.scale).to(torch.uint8)
-
-
-def unit_intensities(image: Image.Image, grey: bool) -> torch.Tensor:
-    """A Pillow image as ``(C, H, W)`` floats in [0, 1], one channel if ``grey`` else three.
-
-    Pillow's own conversion of 16-bit grey to 8 bits clips rather than scales, so those are scaled here.
-    """
-    if image.mode.startswith("I;16"):
-        x = torch.from_numpy(np.array(image, dtype=np.float32) / 65535).unsqueeze(0)
-        return x if grey else x.expand(3, -1, -1)
-    x = torch.from_numpy(np.array(image.convert("L" if grey else "RGB")))
-    x = x.unsqueeze(0) if grey else x.permute(2, 0, 1)
-    return x.float().div(255)
+            return torch.from_numpy(self.preprocessing.stored(image))
 
 
 def adopt_network_normalisation(datamodule: LightningDataModule) -> None:

@@ -18,6 +18,8 @@ from torch.nn import functional as F
 from torchmetrics import MaxMetric, MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix, MulticlassF1Score
 
+from proj.data.image import adopt_network_normalisation
+
 MISCLASSIFIED_SHOWN = 32
 
 
@@ -212,7 +214,9 @@ class ImageClassifier(TaskModule):
         return writer_when_predicting(self, ClassPredictionWriter)
 
     def deployable(self, datamodule: Any) -> Deployable:
-        """What ``export`` writes: the network behind the data's normalisation, taking pixels."""
+        """What ``export`` writes: the network behind the data's normalisation, taking pixels. Export
+        sets no data up, so a pretrained network's own normalisation is adopted here, as setup does."""
+        adopt_network_normalisation(datamodule)
         return pixel_classifier(self.net, datamodule, self.hparams.num_classes, self.classes)
 
     def _evaluate(

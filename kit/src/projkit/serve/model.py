@@ -1,0 +1,167 @@
+"""An export folder as ``serve`` runs it: ``model.json`` read and checked, ``model.onnx`` in
+onnxruntime, and the two kinds of answer (an image's classes, a prompt's continuation) computed from
+the logits as ``predict`` computes them. The benchmark calls the same classes in-process, without
+HTTP, for its baseline. numpy and onnxruntime only: no torch in the server's processes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from projkit.preprocessing import Preprocessing
+
+IMAGE_TASK = "image classification"
+TEXT_TASK = "next-token prediction"
+# What each task's model.json must hold for serving, besides "task" and "input".
+NEEDS = {IMAGE_TASK: ("classes", "preprocessing"), TEXT_TASK: ("vocab",)}
+
+
+class ServeError(ValueError):
+    """A server that cannot start as asked: printed as one line, exit status 2."""
+
+
+def read_export(folder: Path) -> dict[str, Any]:
+    """``folder/model.json``, refused in one line when the folder, the file or a field that serving
+    needs is missing, or the file is no JSON; ``model.onnx`` must be there beside it."""
+    fix = "give the folder `export` wrote (it prints it: <run>/export/<checkpoint>/) or run export again"
+    if not folder.is_dir():
+        raise ServeError(f"{folder}: no such export folder; {fix}.")
+    for name in ("model.json", "model.onnx"):
+        if not (folder / name).exists() or (folder / name).is_dir():
+            raise ServeError(f"{folder}: no {name} in it, so it is no complete export; {fix}.")
+    try:
+        spec = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ServeError(f"{folder / 'model.json'} is no valid JSON ({error}); {fix}.") from None
+    task = spec.get("task") if isinstance(spec, dict) else None
+    if task not in NEEDS:
+        raise ServeError(
+            f"{folder / 'model.json'}: task {task!r} is none this server answers ({', '.join(NEEDS)}); {fix}."
+        )
+    missing = [key for key in ("input", *NEEDS[task]) if key not in spec]
+    if missing:
+        raise ServeError(f"{folder / 'model.json'} lacks {', '.join(missing)}; {fix}.")
+    if task == IMAGE_TASK:
+        try:
+            Preprocessing.from_description(spec["preprocessing"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ServeError(
+                f"{folder / 'model.json'}: its preprocessing cannot be read ({error}); {fix}."
+            ) from None
+    return spec
+
+
+def load_session(folder: Path, device: str = "cpu", threads: int | None = None) -> Any:
+    """``model.onnx`` in an onnxruntime session on ``device`` ("cpu", "cuda:<i>"), refused in one
+    line when onnxruntime cannot load it. The file is read here and handed over as bytes, so a model
+    arriving slowly (a network disk, a pipe) is read as it comes."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3  # errors only: onnxruntime's warnings name graph internals
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    path = folder / "model.onnx"
+    try:
+        return onnxruntime.InferenceSession(path.read_bytes(), options, providers=providers)
+    except Exception as error:  # onnxruntime raises its own exception classes for a bad file
+        said = " ".join(str(error).split())[:200]
+        raise ServeError(
+            f"{path}: onnxruntime cannot load it ({type(error).__name__}: {said}); export the checkpoint "
+            "again."
+        ) from None
+
+
+def cpu_threads(workers: int) -> int:
+    """onnxruntime threads for each of ``workers`` CPU workers: the cores shared out, at least one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits.astype(np.float64) - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+class Classifier:
+    """An image classifier's answers: the class, its probability and the ``top_k`` most likely."""
+
+    def __init__(self, session: Any, spec: dict[str, Any]) -> None:
+        self.session = session
+        self.input_name = spec["input"]["name"]
+        self.classes = list(spec["classes"])
+
+    def probabilities(self, pixels: np.ndarray) -> np.ndarray:
+        """Each class's probability for a batch of pixels (N, C, H, W)."""
+        return softmax(self.session.run(None, {self.input_name: pixels})[0])
+
+    def answers(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One answer per request (``pixels`` and ``top_k``), the images run as one batch."""
+        probs = self.probabilities(np.stack([request["pixels"] for request in requests]))
+        return [self.answer(p, request["top_k"]) for p, request in zip(probs, requests, strict=True)]
+
+    def answer(self, probs: np.ndarray, top_k: int) -> dict[str, Any]:
+        order = np.argsort(-probs, kind="stable")[: max(1, top_k)]
+        best = int(probs.argmax())
+        return {
+            "class": self.classes[best],
+            "probability": float(probs[best]),
+            "top_k": [{"class": self.classes[i], "probability": float(probs[i])} for i in order],
+        }
+
+
+class Generator:
+    """A character model's continuations, token by token, as ``predict`` draws them: the most likely
+    character at temperature 0; otherwise sampled from the softmax of logits / temperature, among
+    the ``top_k`` most likely only when given, by numpy's generator seeded with ``seed``."""
+
+    def __init__(self, session: Any, spec: dict[str, Any]) -> None:
+        self.session = session
+        self.input_name = spec["input"]["name"]
+        self.vocab = spec["vocab"]
+        self.context = int(spec["input"]["max_T"])
+
+    def answers(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One continuation per request (its ``tokens`` and settings), each generated in turn."""
+        return [self.answer(**request) for request in requests]
+
+    def answer(
+        self, tokens: list[int], max_new_tokens: int, temperature: float, top_k: int | None, seed: int | None
+    ) -> dict[str, Any]:
+        rng = np.random.default_rng(seed)
+        tokens = list(tokens)
+        prompt_length = len(tokens)
+        for _ in range(max_new_tokens):
+            window = np.array([tokens[-self.context :]], dtype=np.int64)
+            logits = self.session.run(None, {self.input_name: window})[0][0, -1].astype(np.float64)
+            tokens.append(self.next_token(logits, temperature, top_k, rng))
+        text = "".join(self.vocab[t] for t in tokens)
+        return {"text": text, "completion": text[prompt_length:], "tokens": max_new_tokens}
+
+    @staticmethod
+    def next_token(
+        logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator
+    ) -> int:
+        if temperature == 0:
+            return int(logits.argmax())
+        logits = logits / temperature
+        if top_k is not None and top_k < len(logits):
+            kth = np.partition(logits, -top_k)[-top_k]
+            logits = np.where(logits < kth, -math.inf, logits)
+        probs = np.exp(logits - logits.max())
+        return int(rng.choice(len(probs), p=probs / probs.sum()))
+
+
+def answerer(session: Any, spec: dict[str, Any]) -> Classifier | Generator:
+    """The answering object for an export's task."""
+    return Classifier(session, spec) if spec["task"] == IMAGE_TASK else Generator(session, spec)

@@ -1,0 +1,320 @@
+"""`python -m tinyproj serve`: real servers on 127.0.0.1, asked over real HTTP. Their answers equal
+``predict``'s for the same files and prompts; every kind of bad request gets a 4xx and its one line,
+and a good request still gets its answer after each (a seeded fuzzer of request kinds); a request
+that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0; a missing or
+damaged export, or a setting no server runs with, is refused at start in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from PIL import Image
+
+import bad_requests
+from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
+from conftest import TINY_FIT, config, main
+from projkit import serve
+from projkit.callbacks import PredictionFileWriter
+from projkit.preprocessing import Preprocessing
+from projkit.testing import ServedExport
+
+CLASSIFY = ("--config", config("classify.yaml"))
+LM = ("--config", config("lm.yaml"))
+QUIET = ("--trainer.enable_progress_bar=false",)
+ROUNDS = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "40"))
+GREEDY = {"prompt": "ROMEO:", "max_new_tokens": 8, "temperature": 0}
+
+
+def fitted(folder: Path, *args: str) -> Path:
+    """``last.ckpt`` of a tiny fit run in ``folder``."""
+    os.chdir(folder)
+    fit = main(["fit", *args, *TINY_FIT, "--test_after_fit=false"])
+    return (Path(fit.trainer.checkpoint_callbacks[-1].dirpath) / "last.ckpt").resolve()
+
+
+def written(cli) -> Path:
+    (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, PredictionFileWriter)]
+    return writer.path
+
+
+def files_of_every_shape(folder: Path) -> list[Path]:
+    """Image files as users have them: non-square, larger and smaller, grey, RGB, RGBA, 16-bit."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i, (width, height, mode) in enumerate(
+        [(4, 4, "L"), (9, 5, "L"), (5, 13, "RGB"), (40, 31, "RGBA"), (3, 2, "L"), (17, 17, "I;16")]
+    ):
+        if mode == "I;16":
+            image = Image.fromarray(rng.integers(0, 65536, (height, width), dtype=np.uint16))
+        else:
+            channels = {"L": (), "RGB": (3,), "RGBA": (4,)}[mode]
+            image = Image.fromarray(rng.integers(0, 256, (height, width, *channels), dtype=np.uint8), mode)
+        image.save(folder / f"file{i}.png")
+    return sorted(folder.iterdir())
+
+
+@pytest.fixture(scope="module")
+def image_case(tmp_path_factory: pytest.TempPathFactory):
+    """A classifier's checkpoint, files to classify, ``predict``'s rows for them by file, and a server
+    started as ``serve --config ... --ckpt_path ...``: it exports the checkpoint first."""
+    folder = tmp_path_factory.mktemp("serve_classify")
+    here = Path.cwd()
+    try:
+        ckpt = fitted(folder, *CLASSIFY)
+        files = files_of_every_shape(folder / "new")
+        predicted = main(
+            ["predict", *CLASSIFY, f"--ckpt_path={ckpt}", "--data.init_args.predict_path=new", *QUIET]
+        )
+        with open(written(predicted), newline="") as f:
+            rows = {row["file"]: row for row in csv.DictReader(f)}
+    finally:
+        os.chdir(here)
+    server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *LIMITS, cwd=str(folder)).start()
+    yield files, rows, server
+    assert server.stop() == 0, server.output
+
+
+@pytest.fixture(scope="module")
+def text_case(tmp_path_factory: pytest.TempPathFactory):
+    """A language model's export, ``predict``'s greedy text for GREEDY's prompt, and a server."""
+    folder = tmp_path_factory.mktemp("serve_lm")
+    here = Path.cwd()
+    try:
+        ckpt = fitted(folder, *LM)
+        main(["export", *LM, f"--ckpt_path={ckpt}", "--formats=onnx"])
+        export = ckpt.parent.parent / "export" / "last"
+        predicted = main(["predict", *LM, f"--ckpt_path={ckpt}", *QUIET])
+        (row,) = [json.loads(line) for line in written(predicted).read_text().splitlines()]
+    finally:
+        os.chdir(here)
+    assert (
+        row["prompt"] == GREEDY["prompt"]
+        and len(row["text"]) == len(row["prompt"]) + GREEDY["max_new_tokens"]
+    )
+    server = ServedExport(str(export), *LIMITS, "--max_batch_size=4").start()
+    yield export, row["text"], server
+    assert server.stop() == 0, server.output
+
+
+def ask_image(server: ServedExport, file: Path) -> dict:
+    status, answer = server.post(file.read_bytes(), "image/png", "?top_k=3")
+    assert status == 200, answer
+    return answer
+
+
+@pytest.mark.slow
+def test_served_classes_equal_predict_on_every_file(image_case):
+    files, rows, server = image_case
+    assert sorted(rows) == [file.name for file in files]
+    for file in files:
+        answer = ask_image(server, file)
+        assert answer["class"] == rows[file.name]["class"], file.name
+        assert answer["probability"] == pytest.approx(float(rows[file.name]["probability"]), abs=1e-4)
+        assert answer["top_k"][0]["class"] == answer["class"] and len(answer["top_k"]) == 3
+    status, info = server.request("GET", "/info")
+    assert status == 200 and info["model"]["classes"] == ["c0", "c1", "c2", "c3"]
+    assert Preprocessing.from_description(info["model"]["preprocessing"]).crop == (4, 4)
+
+
+@pytest.mark.slow
+def test_served_text_at_temperature_0_equals_predict(text_case):
+    _, text, server = text_case
+    status, answer = server.post(json.dumps(GREEDY).encode(), "application/json")
+    assert status == 200 and answer["text"] == text and answer["completion"] == text[len("ROMEO:") :]
+    seeded = {**GREEDY, "temperature": 0.9, "top_k": 5, "seed": 7}
+    first, second = (server.post(json.dumps(seeded).encode(), "application/json") for _ in range(2))
+    assert first == second and first[0] == 200, "a seed repeats a sampled text"
+
+
+def assert_refused(status: int, answer: object, expected: int, kind: str) -> None:
+    assert status == expected, (kind, status, answer)
+    assert isinstance(answer, dict) and isinstance(answer.get("detail"), str), (kind, answer)
+    assert "\n" not in answer["detail"] and 10 < len(answer["detail"]) < 400, (kind, answer)
+
+
+@pytest.mark.slow
+def test_fuzz_bad_requests_get_a_4xx_line_and_the_server_keeps_answering(image_case, text_case):
+    files, rows, image_server = image_case
+    good_file = files[2]
+    good_image = good_file.read_bytes()
+    _, text, text_server = text_case
+    good_text = json.dumps(GREEDY).encode()
+    rng = random.Random(0)
+    kinds = [(name, IMAGE_KINDS[name], image_server, good_image) for name in IMAGE_KINDS]
+    kinds += [(name, TEXT_KINDS[name], text_server, good_text) for name in TEXT_KINDS]
+    tried = set()
+    for round_ in range(max(ROUNDS, len(kinds))):
+        name, kind, server, good = kinds[round_] if round_ < len(kinds) else rng.choice(kinds)
+        (body, content_type, query), expected = kind(rng, good)
+        assert_refused(*server.post(body, content_type, query), expected, name)
+        tried.add((server is image_server, name))
+        if server is image_server:
+            assert ask_image(server, good_file)["class"] == rows[good_file.name]["class"], name
+        else:
+            status, answer = server.post(good_text, "application/json")
+            assert status == 200 and answer["text"] == text, name
+    assert len(tried) == len(IMAGE_KINDS) + len(TEXT_KINDS)
+    status, answer = image_server.request("GET", "/predict")
+    assert status == 405
+    said = image_server.post(bad_requests.bomb(), "image/png")[1]["detail"]
+    assert re.search(r"2000x2000, 4000000 pixels, over this server's --max_pixels 1000000", said)
+    said = text_server.post(bad_requests.generation(prompt="ROMEO€"), "application/json")[1]["detail"]
+    assert "characters '€' are not in the model's vocabulary" in said
+
+
+def accepted_connections(server: ServedExport) -> int:
+    """Connections the server's processes hold to its port: requests taken in, not merely queued
+    by the kernel."""
+    processes = [
+        psutil.Process(server.process.pid),
+        *psutil.Process(server.process.pid).children(recursive=True),
+    ]
+    return sum(
+        1
+        for process in processes
+        for connection in process.net_connections("tcp")
+        if connection.status == psutil.CONN_ESTABLISHED and connection.laddr.port == server.port
+    )
+
+
+@pytest.mark.slow
+def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, tmp_path):
+    """The model arrives through a pipe, as slowly as the test lets it: the server listens, /health
+    says 503, requests wait; SIGTERM then stops the server only after they are answered, exit 0."""
+    export, text, _ = text_case
+    slow = tmp_path / "slow"
+    shutil.copytree(export, slow)
+    model = (slow / "model.onnx").read_bytes()
+    (slow / "model.onnx").unlink()
+    os.mkfifo(slow / "model.onnx")
+    release = threading.Event()
+
+    def feed() -> None:  # once for the check at start, once for the worker, when released
+        for turn in range(2):
+            if turn:
+                release.wait()
+            with open(slow / "model.onnx", "wb") as pipe:
+                pipe.write(model)
+
+    threading.Thread(target=feed, daemon=True).start()
+    server = ServedExport(str(slow)).start(healthy=False)
+    answers: list = []
+    try:
+        while True:  # bounded by the request's own timeout when the server never listens
+            try:
+                status, _ = server.request("GET", "/health", timeout=5)
+                break
+            except OSError:
+                assert server.process.poll() is None, "the server stopped while its model loaded"
+                time.sleep(0.05)
+        assert status == 503
+        body = json.dumps(GREEDY).encode()
+        asking = [
+            threading.Thread(
+                target=lambda: answers.append(server.post(body, "application/json")), daemon=True
+            )
+            for _ in range(3)
+        ]
+        for thread in asking:
+            thread.start()
+        while accepted_connections(server) < 3:
+            assert server.process.poll() is None and not answers
+            time.sleep(0.05)
+        assert not answers, "nothing is answered before the model is in"
+        server.process.send_signal(15)
+        release.set()
+        for thread in asking:
+            thread.join(60)
+    finally:
+        release.set()
+        code = server.stop()
+    assert code == 0, server.output
+    assert answers == [(200, answers[0][1])] * 3 and answers[0][1]["text"] == text
+    assert "Server stopped." in server.output
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda f: f / "nowhere", r"no such export folder"),
+        (lambda f: f, r"no model\.json in it"),
+        (
+            lambda f: (f / "model.json").write_text("{") and (f / "model.onnx").write_bytes(b"x") and f,
+            "is no valid JSON",
+        ),
+        (
+            lambda f: (
+                (f / "model.json").write_text('{"task": "segmentation"}')
+                and (f / "model.onnx").write_bytes(b"x")
+                and f
+            ),
+            "task 'segmentation' is none this server answers",
+        ),
+        (
+            lambda f: (
+                (f / "model.json").write_text(
+                    json.dumps(
+                        {
+                            "task": "image classification",
+                            "input": {"name": "pixels"},
+                            "classes": ["a", "b"],
+                            "preprocessing": Preprocessing.stretch((1, 4, 4)).describe(),
+                        }
+                    )
+                )
+                and (f / "model.onnx").write_bytes(b"\x08\x07garbage")
+                and f
+            ),
+            r"model\.onnx: onnxruntime cannot load it .*; export the checkpoint again\.",
+        ),
+    ],
+    ids=["missing", "empty", "json-corrupt", "unknown-task", "onnx-corrupt"],
+)
+def test_a_missing_or_damaged_export_is_refused_at_start_in_one_line(make, said, tmp_path, capsys):
+    folder = make(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        serve.main([str(folder)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(rf"error: .*{said}.*\n", err), err
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--host=10.1.2.3",), "--host 10.1.2.3: LitServe binds one of 127.0.0.1, 0.0.0.0, :: only"),
+        (("--port=80",), "--port 80: give a port from 1024 to 65535"),
+        (("--max_batch_size=0",), "--max_batch_size 0: give a whole number of at least 1"),
+        (("--workers=0",), "--workers 0: give a whole number of at least 1"),
+        (("--batch_timeout=-1",), "--batch_timeout must be >= 0"),
+        (("--colour=blue",), "unknown option(s) --colour=blue"),
+    ],
+)
+def test_a_setting_no_server_runs_with_is_refused_in_one_line(flags, said, tmp_path, capsys):
+    (tmp_path / "model.json").write_text(
+        json.dumps({"task": "next-token prediction", "input": {}, "vocab": "ab"})
+    )
+    (tmp_path / "model.onnx").write_bytes(b"x")
+    with pytest.raises(SystemExit) as exit_info:
+        serve.main([str(tmp_path), *flags])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
+
+
+def test_help_lists_serve(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = capsys.readouterr().out
+    assert re.search(r"^\s+serve\s+Serve an export over HTTP: answers as predict does\.", said, re.M)
