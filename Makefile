@@ -41,13 +41,17 @@ test-fast: install ## the edit loop: skips tests marked slow
 
 # The tests marked `cluster` (which `make test` and `make test-kit` leave out) submit jobs to the local
 # cluster, four at a time, as most of their time is waiting: the kit's (kit/tests/test_cluster.py says
-# how they are dealt to the workers), then this project's documented job scripts (tests/test_cluster.py).
-# A cluster that does not start fails here, with its message. It has two nodes, for the job that spans both.
+# how they are dealt to the workers) and, beside them, this project's documented job scripts
+# (tests/test_cluster.py; its output follows the kit's). A cluster that does not start fails here, with
+# its message. It has two nodes, for the job that spans both.
 test-cluster: export NODES = 2
 test-cluster: export SLURM_CONF = $(CURDIR)/.cluster/slurm/slurm.conf
 test-cluster: install cluster ## the Slurm and PostgreSQL tests, on a local cluster of two nodes (starts it)
-	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load kit/tests
-	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load tests
+	$(RUN) pytest -p no:randomly -m cluster -n 2 --dist load tests >.cluster/test-project.log 2>&1 & \
+	project=$$!; \
+	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load kit/tests; kit=$$?; \
+	wait $$project; project=$$?; cat .cluster/test-project.log; \
+	test $$kit = 0 && test $$project = 0
 
 cluster: ## start a Slurm cluster of NODES nodes (default 1) and a PostgreSQL server here (.cluster/; prints the --storage URL)
 	scripts/cluster.sh start
