@@ -50,7 +50,7 @@ from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
 from projkit.outcome import NOTHING_TO_TRAIN, print_metrics, say_how_fit_ended, tested_at, tested_marker
 from projkit.parser_errors import ShortErrorParser
-from projkit.reliability import guard_checkpoints
+from projkit.reliability import ContainedState, guard_checkpoints
 from projkit.rundir.ckpt_path import ignored_model_settings, resolve_checkpoint
 from projkit.rundir.claim import claim_run_directory
 from projkit.rundir.config_file import RunConfigSaver
@@ -136,7 +136,8 @@ class ProjectCLI(LightningCLI):
                     # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
                     # checkpoints) lands under runs/ too, never in the working folder.
                     "default_root_dir": "runs",
-                    "callbacks": [ValidateAtEnd()],
+                    # ContainedState: a resumed checkpoint's state names files of its own run only.
+                    "callbacks": [ValidateAtEnd(), ContainedState()],
                 },
                 parser_kwargs={
                     "prog": current().command,

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_warn
 
 from projkit.rundir.metrics import rewrite_rows, rows_before, without_repeats
 
@@ -43,8 +44,7 @@ class ExactResume(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._rng_states is not None:
-            states = self._rng_states
-            set_rng_states(states[trainer.global_rank] if len(states) > trainer.global_rank else states[0])
+            restore_rng_states(self._rng_states, trainer.global_rank)
             self._rng_states = None
         # Only once training resumes: a resume that fails to start keeps every row.
         if self._resumed_at is not None and self._writes_csv(trainer):
@@ -76,6 +76,18 @@ def rng_states() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
+
+
+def restore_rng_states(states: Any, rank: int) -> None:
+    """Set rank ``rank``'s saved states; a checkpoint whose states cannot be set (edited, or made
+    elsewhere) is said, and the run trains on with the RNGs as they are."""
+    try:
+        set_rng_states(states[rank] if len(states) > rank else states[0])
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError) as error:
+        rank_zero_warn(
+            f"The checkpoint's RNG states cannot be restored ({type(error).__name__}: "
+            f"{str(error)[:200]}): the resumed run draws other random numbers than an uninterrupted one."
+        )
 
 
 def set_rng_states(states: dict[str, Any]) -> None:
