@@ -265,6 +265,12 @@ class ProjectCLI(LightningCLI):
         with named_refusals(config):
             super().instantiate_classes()
         check_monitors(self.monitors(), self.model)
+        if self.subcommand in ("validate", "test", "predict"):
+            # The run's hparams.yaml (and a W&B or MLflow run's config) keep what `fit` trained with:
+            # an evaluation's own data settings (a batch size, a predict path) are no run's.
+            self.model._log_hyperparams = False
+            if self.datamodule is not None:
+                self.datamodule._log_hyperparams = False
         checkpoint, self.checkpoint = self.checkpoint, None
         if checkpoint is not None:
             check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)
