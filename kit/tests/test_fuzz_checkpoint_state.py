@@ -43,7 +43,7 @@ from crafted import (
 from projkit.checks.checkpoint import check_counters
 from projkit.errors import ConfigError
 from projkit.reliability.contained import PATHS, ContainedState
-from projkit.reliability.resume import restore_rng_states
+from projkit.reliability.resume import restore_rng_states, valid_row
 
 # A size that fits the kit's suite (a few seconds); `make fuzz` sets thousands.
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "100"))
@@ -113,7 +113,7 @@ def targets(checkpoint: dict) -> st.SearchStrategy[tuple]:
         loops.append(at)
 
     leaves(checkpoint["loops"]["fit_loop"], ("loops", "fit_loop"))
-    counters = [("global_step",), ("epoch",), ("pytorch-lightning_version",)]
+    counters = [("global_step",), ("epoch",), ("pytorch-lightning_version",), ("pending_row",)]
     data = [("Blobs",), ("Blobs", "train_order")]
     data += [("Blobs", "train_order", name) for name in ("epoch", "batches", "epoch_done", "world_size")]
     rng = [("rng_states",), ("rng_states", 0), ("rng_states", 0, "torch"), ("rng_states", 0, "numpy")]
@@ -177,6 +177,7 @@ def load_as_lightning_does(checkpoint: dict, cli) -> None:
             callback.load_state_dict(copy.deepcopy(state))
     trainer.fit_loop.load_state_dict(checkpoint["loops"]["fit_loop"])
     restore_rng_states(checkpoint["rng_states"], 0)
+    valid_row(checkpoint.get("pending_row"))  # what a resume logs, only when it is a row
 
 
 def runs_on(trainer, work: Path) -> None:
