@@ -259,6 +259,7 @@ class Payload:
         return (open, (self.marker, "w"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part", ["weight", "sample_inputs"])
 def test_the_pt2_example_refuses_an_archive_with_pickled_parts(part: str, workdir: Path):
     """torch.export.load unpickles a weight the archive marks as pickled (and sample inputs that

@@ -57,6 +57,7 @@ def resumed(*args: str) -> list[str]:
     return [str(w.message) for w in caught if "other settings" in str(w.message)]
 
 
+@pytest.mark.slow
 def test_an_export_on_a_full_disk_is_one_line_and_keeps_the_earlier_one(work: Path):
     """runs/ on a tmpfs with a page of room: torch's archive writer aborted the process (exit 134,
     a C++ stack dump) and left a temporary folder."""
@@ -80,6 +81,7 @@ def test_an_export_on_a_full_disk_is_one_line_and_keeps_the_earlier_one(work: Pa
         subprocess.run(["umount", "--lazy", "runs"], check=True)
 
 
+@pytest.mark.slow
 def test_an_export_killed_between_its_renames_is_put_back(work: Path):
     """Where the system cannot swap two folders in one step, an export takes two renames: killed
     between them, the earlier export waits aside as .last.<pid>.old, and the next export of the
@@ -93,6 +95,7 @@ def test_an_export_killed_between_its_renames_is_put_back(work: Path):
     assert sorted(p.name for p in (work / EXPORT).iterdir()) == ["model.json", "model.onnx", "model.pt2"]
 
 
+@pytest.mark.slow
 def test_a_resume_config_emptied_by_a_kill_is_said_in_one_setting(work: Path):
     """A kill while kit 1.0 wrote config.from_step_<N>.yaml left it empty: the next resume compared
     its settings with nothing and printed the whole config as one "setting"."""
@@ -103,6 +106,7 @@ def test_a_resume_config_emptied_by_a_kill_is_said_in_one_setting(work: Path):
     assert (work / RUN / "config.from_step_2.yaml").read_text().count("batch_size: 8") == 1
 
 
+@pytest.mark.slow
 def test_a_resume_of_a_run_without_its_config_claims_no_earlier_step(work: Path):
     """config.yaml deleted: the resume wrote a new one with its own settings, claiming them for
     every step the run trained; now it saves them from its step on, and says what is unknown."""
@@ -114,6 +118,7 @@ def test_a_resume_of_a_run_without_its_config_claims_no_earlier_step(work: Path)
     assert "batch_size: 8" in (work / RUN / "config.from_step_2.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_test_and_predict_leave_the_runs_hparams_yaml_as_fit_wrote_it(work: Path):
     before = (work / RUN / "hparams.yaml").read_text()
     for command in ("test", "predict"):

@@ -57,6 +57,7 @@ def run(args: list[str]) -> tuple[object, list[str]]:
     return cli, [str(w.message) for w in caught]
 
 
+@pytest.mark.slow
 def test_a_resume_then_a_better_validation_deletes_nothing_outside_the_run(work: Path):
     """The monitoring callback aimed up with ``..``, the last-checkpoint one through a link inside
     checkpoints/: one resume, both dropped (the fuzzer tries every other field and aim)."""
@@ -75,6 +76,7 @@ def test_a_resume_then_a_better_validation_deletes_nothing_outside_the_run(work:
     assert Path(best).resolve().parent == (work / CHECKPOINTS).resolve(), "the best is the run's own"
 
 
+@pytest.mark.slow
 def test_evaluating_a_crafted_checkpoint_writes_nothing_outside_the_run(work: Path):
     targets = aims(work)
     changes = {("callbacks", BEST, k): v for k, v in aimed_at(targets["dotdot"]).items()}
