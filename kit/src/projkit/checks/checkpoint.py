@@ -89,11 +89,12 @@ def check_counters(checkpoint: dict, field: str, path: str) -> None:
             problem = f"its {key} is {str(checkpoint[key])[:80]!r}, not a count"
     if not isinstance(checkpoint.get("callbacks", {}), dict):
         problem = "its callbacks' state is no mapping"
-    version = checkpoint.get("pytorch-lightning_version")
+    # Missing, Lightning takes it for a legacy checkpoint; present, it must parse.
+    version = checkpoint.get("pytorch-lightning_version", "0")
     try:
         Version(version) if isinstance(version, str) else Version("not one")
     except InvalidVersion:
-        problem = "its pytorch-lightning_version is missing or no version"
+        problem = "its pytorch-lightning_version is no version"
     if problem:
         raise ConfigError(
             f"{field}: '{path}' is no checkpoint as Lightning writes it ({problem}): it was edited or made "
