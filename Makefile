@@ -65,10 +65,10 @@ test-shuffled: install ## the fast tests of both suites again at 2 threads a pro
 	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED))
 	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) kit/tests
 
-# The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, ...; test_preprocessing.py:
-# preprocessing specs and files; test_serve.py: a server's bad requests) and this project's
-# (tests/test_fuzz*.py: image-folder trees). `make test` and `make test-kit` run a few hundred cases of
-# each; this runs FUZZ_EXAMPLES of each.
+# The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, checkpoint state, kill
+# times, sweep files, names, ...; test_preprocessing.py: preprocessing specs and files; test_serve.py: a
+# server's bad requests) and this project's (tests/test_fuzz*.py: image-folder trees). `make test` and
+# `make test-kit` run a few hundred cases of each (a few kills); this runs FUZZ_EXAMPLES of each.
 FUZZ_EXAMPLES ?= 5000
 fuzz: install ## the fuzzers with many more cases (FUZZ_EXAMPLES=5000)
 	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 kit/tests/test_fuzz*.py kit/tests/test_preprocessing.py

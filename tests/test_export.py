@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import zipfile
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -251,3 +252,40 @@ def test_docs_show_each_example_as_it_is(example):
     assert block and block.group(1) == (EXAMPLES / example).read_text()
     limit = {"classify_image.py": 20, "generate_text.py": 25}.get(example)
     assert limit is None or len(block.group(1).splitlines()) <= limit
+
+
+class Payload:
+    """Pickled, it opens (so creates) ``marker`` when unpickled: what a tampered archive could run."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["weight", "sample_inputs"])
+def test_the_pt2_example_refuses_an_archive_with_pickled_parts(part: str, workdir: Path):
+    """torch.export.load unpickles a weight the archive marks as pickled (and sample inputs that
+    torch's weights-only reader refuses): the example refuses such a model.pt2 before loading it."""
+    folder, marker = workdir / "export", workdir / "ran"
+    folder.mkdir()
+    (folder / "model.json").write_text(json.dumps({"input": {"shape": [1, 1, 2, 2]}, "classes": ["a"]}))
+    program = torch.export.export(torch.nn.Linear(4, 1), (torch.ones(1, 4),))
+    torch.export.save(program, folder / "plain.pt2")
+    payload = io.BytesIO()
+    torch.save(Payload(marker), payload)
+    swapped = "/data/weights/weight_0" if part == "weight" else "/data/sample_inputs/model.pt"
+    with zipfile.ZipFile(folder / "plain.pt2") as plain, zipfile.ZipFile(folder / "model.pt2", "w") as out:
+        for name in plain.namelist():
+            data = plain.read(name)
+            if part == "weight" and name.endswith("_weights_config.json"):
+                data = data.replace(b'"use_pickle": false', b'"use_pickle": true', 1)
+            if name.endswith(swapped):
+                data = payload.getvalue()
+            out.writestr(name, data)
+    run = [sys.executable, str(EXAMPLES / "predict_pt2.py"), str(folder), "a.png"]
+    result = subprocess.run(run, cwd=workdir, capture_output=True, text=True)
+    assert result.returncode == 1 and not marker.exists()
+    assert result.stderr.strip().count("\n") == 0 and "pickled objects" in result.stderr

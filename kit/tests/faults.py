@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import Checkpoint
 
 from projkit.callbacks import ClassPredictionWriter
 
@@ -139,3 +140,33 @@ class RecordThreads(Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         Path(self.path).write_text(str(torch.get_num_threads()))
+
+
+class KillAtEvent(Checkpoint):
+    """SIGKILLs its own process at the ``event``-th hook of training it sees (0: never), counting
+    batch starts and ends, validations, epoch starts and ends, checkpoint saves and the end: a kill
+    drawn over a whole run. A ``Checkpoint``, so Lightning calls it after the run's checkpoint
+    callbacks: a kill right after an epoch's checkpoints is among the draws. ``count_to``: a file
+    where it writes how many it saw, at the end of an uninterrupted run."""
+
+    HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_validation_start", "on_validation_end",
+             "on_train_epoch_start", "on_train_epoch_end", "on_save_checkpoint", "on_train_end")  # fmt: skip
+
+    def __init__(self, event: int = 0, count_to: str | None = None) -> None:
+        self.event = event
+        self.count_to = count_to
+        self.seen = 0
+        for hook in self.HOOKS:
+            setattr(self, hook, self.counted(hook))
+
+    def counted(self, hook: str):
+        def call(trainer: Trainer, *args) -> None:
+            if trainer.sanity_checking:
+                return
+            self.seen += 1
+            if self.seen == self.event:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if hook == "on_train_end" and self.count_to:
+                Path(self.count_to).write_text(str(self.seen))
+
+        return call

@@ -57,7 +57,7 @@ from projkit.outcome import (
     tested_marker,
 )
 from projkit.parser_errors import ShortErrorParser
-from projkit.reliability import guard_checkpoints
+from projkit.reliability import ContainedState, guard_checkpoints
 from projkit.rundir.ckpt_path import ignored_model_settings, resolve_checkpoint
 from projkit.rundir.claim import claim_run_directory
 from projkit.rundir.config_file import RunConfigSaver
@@ -146,7 +146,8 @@ class ProjectCLI(LightningCLI):
                     # What Lightning writes without a logger (fast_dev_run's checkpoints, finder
                     # checkpoints) lands under runs/ too, never in the working folder.
                     "default_root_dir": "runs",
-                    "callbacks": [ValidateAtEnd()],
+                    # ContainedState: a resumed checkpoint's state names files of its own run only.
+                    "callbacks": [ValidateAtEnd(), ContainedState()],
                 },
                 parser_kwargs={
                     "prog": current().command,
@@ -274,6 +275,12 @@ class ProjectCLI(LightningCLI):
         with named_refusals(config):
             super().instantiate_classes()
         check_monitors(self.monitors(), self.model)
+        if self.subcommand in ("validate", "test", "predict"):
+            # The run's hparams.yaml (and a W&B or MLflow run's config) keep what `fit` trained with:
+            # an evaluation's own data settings (a batch size, a predict path) are no run's.
+            self.model._log_hyperparams = False
+            if self.datamodule is not None:
+                self.datamodule._log_hyperparams = False
         checkpoint, self.checkpoint = self.checkpoint, None
         if checkpoint is not None:
             check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)

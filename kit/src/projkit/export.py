@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import shutil
@@ -37,7 +38,8 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from projkit.checks.checkpoint import load_checkpoint
 from projkit.context import current
 from projkit.deploy import EXAMPLES, Deployable
-from projkit.errors import ConfigError, ExportCheckError
+from projkit.errors import DISK_ERRORS, ConfigError, ExportCheckError
+from projkit.rundir.atomic import restore_folder, swap_folder, write_atomic
 from projkit.rundir.lock import RunLock
 
 FORMATS = ("onnx", "pt2")
@@ -122,17 +124,23 @@ def export_checkpoint(
     folder = export_folder(ckpt_path)
     if ckpt_path.resolve().parent.name == "checkpoints":  # a run's: no other command writes there meanwhile
         RunLock.acquire(folder.parent.parent)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    restore_folder(folder)
     work = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work.mkdir()
     try:
         runners = write_artifacts(program, artifact_inputs[:2], work, formats, description["input"]["name"])
         kind = "seeded" if deployable.examples is not None else "test"
         description["check"] = check(model, runners, model_inputs, artifact_inputs, tolerance, kind)
         description["checkpoint"] = checkpoint_facts(ckpt_path, checkpoint)
         description["versions"] = versions(formats)
-        (work / "model.json").write_text(json.dumps(description, indent=2, ensure_ascii=False) + "\n")
-        replace_folder(work, folder)
+        write_atomic(work / "model.json", json.dumps(description, indent=2, ensure_ascii=False) + "\n")
+        swap_folder(work, folder)
+    except OSError as error:  # named as the export it was for (ONNX's writer names no file)
+        if error.errno not in DISK_ERRORS:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(folder)) from error
     finally:
         shutil.rmtree(work, ignore_errors=True)
         with contextlib.suppress(OSError):  # export/ itself, when this failed export made it
@@ -200,7 +208,10 @@ def write_artifacts(
     compute logits from an input batch (named ``input_name`` in the ONNX graph), by format."""
     runners: dict[str, Runner] = {}
     if "pt2" in formats:
-        torch.export.save(program, folder / "model.pt2")
+        # Into memory, then to disk from Python: torch's C++ writer aborts the process on a full disk.
+        archive = io.BytesIO()
+        torch.export.save(program, archive)
+        write_atomic(folder / "model.pt2", archive.getvalue())
         loaded = torch.export.load(folder / "model.pt2").module()
 
         def run_pt2(x: torch.Tensor) -> torch.Tensor:
@@ -296,12 +307,3 @@ def versions(formats: Sequence[str]) -> dict[str, str]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
     return found
-
-
-def replace_folder(new: Path, folder: Path) -> None:
-    """Put ``new`` where ``folder`` is, with an earlier export there kept until ``new`` is in place."""
-    old = folder.with_name(f".{folder.name}.{os.getpid()}.old")
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(new, folder)
-    shutil.rmtree(old, ignore_errors=True)

@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities import rank_zero_warn
+from packaging.version import InvalidVersion, Version
 
 from projkit.errors import ConfigError
 
@@ -77,6 +78,35 @@ def check_weights(checkpoint: object, field: str, path: str) -> None:
         )
 
 
+def check_counters(checkpoint: dict, field: str, path: str) -> None:
+    """The counters and versions Lightning reads from a checkpoint before any callback could check
+    them (the step names the file a resume writes, ``config.from_step_<N>.yaml``) must be what
+    Lightning writes: counts, a version, a mapping of callback states. The loops' state is checked
+    once the Trainer is built (``projkit.reliability.ContainedState``)."""
+    problem = None
+    for key in ("global_step", "epoch"):
+        if key in checkpoint and not count(checkpoint[key]):
+            problem = f"its {key} is {str(checkpoint[key])[:80]!r}, not a count"
+    if not isinstance(checkpoint.get("callbacks", {}), dict):
+        problem = "its callbacks' state is no mapping"
+    # Missing, Lightning takes it for a legacy checkpoint; present, it must parse.
+    version = checkpoint.get("pytorch-lightning_version", "0")
+    try:
+        Version(version) if isinstance(version, str) else Version("not one")
+    except InvalidVersion:
+        problem = "its pytorch-lightning_version is no version"
+    if problem:
+        raise ConfigError(
+            f"{field}: '{path}' is no checkpoint as Lightning writes it ({problem}): it was edited or made "
+            "elsewhere. Use another checkpoint of the run (runs/<experiment>/<version>/checkpoints/)."
+        )
+
+
+def count(value: object) -> bool:
+    """A loop counter: a whole number from 0 to what a 64-bit integer holds."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
 def diverged(value: object) -> bool:
     """Whether a saved tensor shows a diverged run: any nan, or an inf among weights. A single inf is
     a metric's running best before its first value (``MaxMetric`` starts at -inf), not a weight."""
@@ -115,6 +145,7 @@ def check_ckpt_path(
             checkpoint = read_weights(ckpt_path, "--ckpt_path", " or 'last' / 'best'")
         else:
             check_weights(checkpoint, "--ckpt_path", ckpt_path)
+        check_counters(checkpoint, "--ckpt_path", ckpt_path)
     except ConfigError as error:
         parser.error(str(error))
     if config is not None:

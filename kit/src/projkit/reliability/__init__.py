@@ -8,6 +8,9 @@ piece                             guards against                               c
 ``loads_weights_only``            a crafted checkpoint running code when it    always (the CLI passes
                                   is loaded: a checkpoint keeps only what      Lightning's
                                   ``weights_only=True`` reads back             ``weights_only=True``)
+``ContainedState``                a crafted checkpoint making a resume delete  always (the CLI adds
+                                  or write outside its run: each file its      it to every command)
+                                  state names is checked, or dropped
 ``ExactResume``                   a resumed run drawing other random numbers   ``exact_resume``
                                   (dropout, augmentation) or repeating rows
                                   of ``metrics.csv``
@@ -32,6 +35,7 @@ from projkit.reliability.checkpoint_io import (
     guard_checkpoints,
     loads_weights_only,
 )
+from projkit.reliability.contained import ContainedState
 from projkit.reliability.divergence import DivergenceError, StopOnDivergence
 from projkit.reliability.last_checkpoint import LastCheckpoint
 from projkit.reliability.preemption import Preempted, Preemption
@@ -40,6 +44,7 @@ from projkit.reliability.train_order import ResumableSampler, SeededItems, Train
 
 __all__ = [
     "AtomicCheckpointIO",
+    "ContainedState",
     "DivergenceError",
     "ExactResume",
     "LastCheckpoint",

@@ -48,6 +48,18 @@ class LastCheckpoint(ModelCheckpoint):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.write_last(trainer)
 
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # A resume from a newer file than last.ckpt (a kill came after an epoch's best checkpoint,
+        # before last.ckpt) with nothing left to train starts no training: last.ckpt catches up.
+        resumed = trainer.ckpt_path and os.path.basename(trainer.ckpt_path) != os.path.basename(
+            self.last_name()
+        )
+        if resumed and self._saved_at is None:
+            self.write_last(trainer)
+
+    def last_name(self) -> str:
+        return os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+
     def write_last(self, trainer: Trainer, again: bool = False) -> None:
         if (
             trainer.fast_dev_run
@@ -57,7 +69,7 @@ class LastCheckpoint(ModelCheckpoint):
             or (trainer.global_step == self._saved_at and not again)
         ):
             return
-        path = os.path.join(self.dirpath, self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        path = self.last_name()
         # Set before saving: the path is part of this callback's state inside the checkpoint.
         self.last_model_path = path
         trainer.save_checkpoint(path, weights_only=False)

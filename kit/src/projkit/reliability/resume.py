@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_warn
 
-from projkit.rundir.metrics import rewrite_rows, rows_before, without_repeats
+from projkit.rundir.metrics import has_row, rewrite_rows, rows_before, without_repeats
 
 
 class ExactResume(Callback):
@@ -23,16 +24,21 @@ class ExactResume(Callback):
 
     Loggers are flushed at every checkpoint, so no row older than the checkpoint is lost with the
     process. A resumed run keeps the rows of ``metrics.csv`` logged before its checkpoint's step
-    and logs the later ones again; of the rows at that very step it keeps one copy each.
+    and logs the later ones again; of the rows at that very step it keeps one copy each. A
+    checkpoint saved before Lightning logs the row of its step or of its epoch's end (a step
+    checkpoint, ``last.ckpt`` at an epoch's end) holds that row, and a resume writes it if the killed
+    run had not: the resume starts after it, and would never log it.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
         self._resumed_at: int | None = None
+        self._pending_row: dict[str, Any] | None = None
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # Called on every rank while the checkpoint is assembled, so the collective gather is safe.
         checkpoint["rng_states"] = gather(trainer, rng_states())
+        checkpoint["pending_row"] = pending_row(trainer)
         for logger in trainer.loggers:
             logger.save()
         self._drop_repeats(trainer)
@@ -40,11 +46,22 @@ class ExactResume(Callback):
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         self._rng_states = checkpoint.get("rng_states")
         self._resumed_at = checkpoint.get("global_step")
+        self._pending_row = checkpoint.get("pending_row")
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Also for a resume with nothing left to train, which starts no training.
+        row, self._pending_row = self._pending_row, None
+        if (
+            self._writes_csv(trainer)
+            and valid_row(row)
+            and not has_row(trainer.logger, row["step"], row["metrics"])
+        ):
+            trainer.logger.log_metrics(row["metrics"], step=row["step"])
+            trainer.logger.save()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._rng_states is not None:
-            states = self._rng_states
-            set_rng_states(states[trainer.global_rank] if len(states) > trainer.global_rank else states[0])
+            restore_rng_states(self._rng_states, trainer.global_rank)
             self._rng_states = None
         # Only once training resumes: a resume that fails to start keeps every row.
         if self._resumed_at is not None and self._writes_csv(trainer):
@@ -65,6 +82,42 @@ class ExactResume(Callback):
         return isinstance(trainer.logger, CSVLogger) and trainer.is_global_zero
 
 
+def pending_row(trainer: Trainer) -> dict[str, Any] | None:
+    """The row Lightning logs once the hooks a checkpoint is saved in are done, as it will log it;
+    None when it logs none there. In ``on_train_batch_end`` (the batch not yet counted complete):
+    the step's row, on a logging step. Among an epoch's end hooks (the epoch processed, not yet
+    completed): the epoch's row, at the step of its last batch."""
+    connector, loop = trainer._logger_connector, trainer.fit_loop.epoch_loop
+    epoch, batch = trainer.fit_loop.epoch_progress.current, loop.batch_progress.current
+    if epoch.processed > epoch.completed:
+        step = loop._batches_that_stepped - 1
+    elif (
+        batch.processed > batch.completed
+        and connector.should_update_logs
+        and not trainer.fit_loop._should_accumulate()
+    ):
+        step = loop._batches_that_stepped
+    else:
+        return None
+    logged = connector.metrics["log"]
+    if not logged:
+        return None
+    metrics = {name: float(value) for name, value in logged.items()}
+    metrics.setdefault("epoch", trainer.current_epoch)  # as Lightning's logger connector adds it
+    return {"step": step, "metrics": metrics}
+
+
+def valid_row(row: Any) -> bool:
+    """Whether a checkpoint's pending row is what ``pending_row`` writes (a checkpoint is untrusted)."""
+    return (
+        isinstance(row, dict)
+        and type(row.get("step")) is int
+        and 0 <= row["step"] < 2**63
+        and isinstance(row.get("metrics"), dict)
+        and all(isinstance(k, str) and type(v) in (int, float) for k, v in row["metrics"].items())
+    )
+
+
 def rng_states() -> dict[str, Any]:
     """The state of every RNG a training step may use, as tensors and tuples of numbers."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -76,6 +129,18 @@ def rng_states() -> dict[str, Any]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
+
+
+def restore_rng_states(states: Any, rank: int) -> None:
+    """Set rank ``rank``'s saved states; a checkpoint whose states cannot be set (edited, or made
+    elsewhere) is said, and the run trains on with the RNGs as they are."""
+    try:
+        set_rng_states(states[rank] if len(states) > rank else states[0])
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError) as error:
+        rank_zero_warn(
+            f"The checkpoint's RNG states cannot be restored ({type(error).__name__}: "
+            f"{str(error)[:200]}): the resumed run draws other random numbers than an uninterrupted one."
+        )
 
 
 def set_rng_states(states: dict[str, Any]) -> None:

@@ -91,6 +91,26 @@ class SeededItems(Dataset):
             rng.set_state(state)
 
 
+def check_position(position: Any) -> None:
+    """A saved position must be what ``TrainOrder.state_dict`` writes: the sampler starts from it."""
+    if position is None:
+        return
+    shape = {"epoch": 0, "batches": 0, "epoch_done": False, "world_size": 1}
+    ok = isinstance(position, dict) and all(
+        key in position
+        and (type(position[key]) is bool if key == "epoch_done" else type(position[key]) is int)
+        and 0 <= position[key] < 2**63
+        and (key != "world_size" or position[key] >= 1)
+        for key in shape
+    )
+    if not ok:
+        raise ConfigError(
+            f"--ckpt_path: the checkpoint's training position is {str(position)[:200]}, not what the kit "
+            "writes (a whole epoch, batches and world_size and a true/false epoch_done): it was edited or "
+            "made elsewhere. Use another checkpoint of the run (runs/<experiment>/<version>/checkpoints/)."
+        )
+
+
 class TrainOrder:
     """The training order of a data module: builds its training loader and holds where a
     checkpoint left it, so the order is resumed exactly, mid-epoch included.
@@ -155,7 +175,8 @@ class TrainOrder:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any], trainer: Trainer | None) -> None:
-        self._resume_from = state_dict.get("train_order")
+        self._resume_from = state_dict.get("train_order") if isinstance(state_dict, dict) else {}
+        check_position(self._resume_from)
         saved = (self._resume_from or {}).get("world_size", 1)
         now = trainer.world_size if trainer is not None else 1
         if saved != now and not (self._resume_from or {}).get("epoch_done"):

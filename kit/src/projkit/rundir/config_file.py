@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from projkit.context import current
 from projkit.logger_media import upload_config, upload_config_to_mlflow
+from projkit.rundir.atomic import write_atomic
 from projkit.rundir.naming import run_directory
 
 # What a resume sets itself: the checkpoint, and the logger's way back into the run. The model is
@@ -45,17 +46,26 @@ class RunConfigSaver(SaveConfigCallback):
         path = Path(run_dir) / self.config_filename
         # A resumed run continues in its own directory: the config that started it stays.
         if trainer.is_global_zero:
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.parser.save(self.config, path, skip_unset=False, multifile=self.multifile)
-            elif stage == "fit" and self.config.get("ckpt_path"):
+            # Resumed into its own run, with checkpoints: a run whose config.yaml is gone gets none
+            # claiming this resume's settings for every step, only its config.from_step_<N>.yaml.
+            run_has_checkpoints = any(path.parent.glob("checkpoints/*"))
+            if stage == "fit" and self.config.get("ckpt_path") and run_has_checkpoints:
                 self.resumed_run = path  # compared once the checkpoint is restored, if it trains on
-            for logger in trainer.loggers:
+            elif not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.save_config(path)
+            for logger in trainer.loggers if path.exists() else []:
                 if isinstance(logger, WandbLogger):
                     upload_config(logger, path)
                 elif isinstance(logger, MLFlowLogger):
                     upload_config_to_mlflow(logger, path)
         self.already_saved = True
+
+    def save_config(self, path: Path) -> None:
+        if self.multifile:
+            self.parser.save(self.config, path, skip_unset=False, multifile=True)
+        else:  # in one step: a kill leaves no empty config.yaml
+            write_atomic(path, self.parser.dump(self.config, skip_unset=False))
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.resumed_run is not None:
@@ -67,26 +77,41 @@ class RunConfigSaver(SaveConfigCallback):
         setting by setting, and its config saved beside as ``config.from_step_<N>.yaml``, so the
         run's folder says how each step was trained. A requeued job resuming with the same settings
         again says nothing, and a resume with nothing left to train (no training starts) nothing."""
-        resumes = [p.stem.rpartition("_")[2] for p in path.parent.glob(f"{path.stem}.from_step_*.yaml")]
-        earlier = [int(n) for n in resumes if n.isdigit() and int(n) <= step]
-        in_effect = path.with_name(f"{path.stem}.from_step_{max(earlier)}.yaml") if earlier else path
+        in_effect, saved = settings_in_effect(path, step)
         config = self.parser.dump(self.config, skip_unset=False)
-        try:
-            changed = differences(yaml.safe_load(config), yaml.safe_load(in_effect.read_text()))
-        except (OSError, yaml.YAMLError) as error:  # edited by hand: the resume's settings still kept
-            changed = [f"{in_effect.name} cannot be read ({type(error).__name__})"]
+        changed = differences(yaml.safe_load(config), saved) if isinstance(saved, dict) else [saved]
         if not changed:
             return
         resumed = path.with_name(f"{path.stem}.from_step_{step}.yaml")
         header = (
             f"# The settings this run trained with from step {step} on ({path.name}: those it began with)"
         )
-        resumed.write_text(f"{header}\n{config}")
+        write_atomic(resumed, f"{header}\n{config}")
+        back = f"; to resume it with the earlier ones: {current().command} fit --config {in_effect} "
+        back += "--ckpt_path last"
         rank_zero_warn(
             f"Resuming {path.parent} with other settings than its {in_effect.name}: {'; '.join(changed)}. "
-            f"The run trains on with these (saved in {resumed}); to resume it with the earlier ones: "
-            f"{current().command} fit --config {in_effect} --ckpt_path last"
+            f"The run trains on with these (saved in {resumed})" + (back if in_effect.exists() else ".")
         )
+
+
+def settings_in_effect(path: Path, step: int) -> tuple[Path, dict | str]:
+    """The config a resume from optimizer step ``step`` trained on before (the newest
+    ``config.from_step_<N>.yaml`` at or before ``step``, else ``config.yaml``) and its settings, or
+    why there are none to compare with: deleted, edited by hand, emptied by a kill under kit 1.0."""
+    resumes = [p.stem.rpartition("_")[2] for p in path.parent.glob(f"{path.stem}.from_step_*.yaml")]
+    earlier = [int(n) for n in resumes if n.isdigit() and int(n) <= step]
+    in_effect = path.with_name(f"{path.stem}.from_step_{max(earlier)}.yaml") if earlier else path
+    if not in_effect.exists():
+        return in_effect, f"{path.name} is missing, so the settings before step {step} are unknown"
+    try:
+        saved = yaml.safe_load(in_effect.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        return in_effect, f"{in_effect.name} cannot be read ({type(error).__name__})"
+    if not isinstance(saved, dict):
+        what = "empty" if saved is None else type(saved).__name__
+        return in_effect, f"{in_effect.name} holds no settings ({what})"
+    return in_effect, saved
 
 
 def differences(now: object, saved: object, key: str = "") -> list[str]:

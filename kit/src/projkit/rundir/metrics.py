@@ -105,6 +105,13 @@ def rewrite_rows(logger: CSVLogger, keep: Callable[[Rows], Rows]) -> None:
     os.replace(temporary, path)
 
 
+def has_row(logger: CSVLogger, step: int, metrics: dict) -> bool:
+    """Whether the logger's ``metrics.csv`` has a row at ``step`` with each of ``metrics``' names."""
+    path = Path(logger.log_dir) / METRICS_FILE
+    rows = read_rows(path)[0] if path.is_file() else []
+    return any(int(row["step"]) == step and all(row.get(name) for name in metrics) for row in rows)
+
+
 def rows_before(step: int) -> Callable[[Rows], Rows]:
     """Rows logged before optimizer step ``step``: a checkpoint at ``global_step == step`` has seen
     them; the run that resumes it logs the later ones again. Test rows stay wherever they are: no
