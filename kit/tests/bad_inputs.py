@@ -167,6 +167,39 @@ def bad_predict_folder(workdir: Path, ckpt: Path) -> None:
     (folder / "note.png").write_text("remember to label these\n")
 
 
+# A sweep config of the classify experiment, as configs/sweeps/ holds one; rows change its text.
+SWEEP = """configs: [{classify}]
+metric: val/loss
+direction: minimize
+n_trials: 1
+space:
+  model.init_args.optimizer.init_args.lr: {{type: float, low: 1.0e-4, high: 1.0e-2, log: true}}
+"""
+# A tag that runs a command when a loader that builds Python objects reads it.
+PAYLOAD_TAG = f"sampler: !!python/object/apply:os.system [touch {MARKER}]\n"
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
+)
+
+
+def sweep(name: str, change: Callable[[str], str | bytes] = str) -> Callable[[Path, Path], None]:
+    """The sweep config ``name``, ``change`` applied to ``SWEEP``'s text."""
+
+    def setup(workdir: Path, ckpt: Path) -> None:
+        text = change(SWEEP.format(classify=CONFIGS / "classify.yaml"))
+        (workdir / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return setup
+
+
+def bombed_run(workdir: Path, ckpt: Path) -> None:
+    """A copy of the baseline run whose config.yaml ends in nested aliases (a "billion laughs")."""
+    run = workdir / "runs" / "bombed" / "version_0"
+    shutil.copytree(ckpt.parent.parent, run)
+    with open(run / "config.yaml", "a") as file:
+        file.write(BOMB)
+
+
 # Overlays of other loggers, as a project's configs/logger/ holds them.
 TENSORBOARD = (
     "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.TensorBoardLogger\n"
@@ -896,6 +929,82 @@ CASES: list[Case] = [
         classify("fit", "--trainer.strategy={dir}/fifo"),
         ("a FIFO, device or socket, not a file", "--trainer.strategy="),
         setup=lambda workdir, ckpt: os.mkfifo(workdir / "fifo"),
+    ),
+    Case(
+        "yaml",
+        "nested aliases in a resumed run's config.yaml",
+        classify(
+            "fit", "--trainer.max_epochs=2", "--trainer.logger.init_args.name=bombed", "--ckpt_path=last"
+        ),
+        ("cannot be read (UnsafeYAML)", "config.yaml cannot be read", "Resuming runs/bombed/version_0"),
+        code=0,
+        setup=bombed_run,
+        slow=True,
+        new_run=True,
+    ),
+    # Sweep configs: read as strictly as configs, their storage refused in one line
+    Case(
+        "sweep",
+        "a tab in a sweep config",
+        ("sweep", "--config", "tab.yaml"),
+        ("not valid YAML at line", "tab.yaml: not valid YAML at line 6", "not tabs"),
+        setup=sweep("tab.yaml", lambda text: text.replace("\n  model.", "\n\tmodel.")),
+    ),
+    Case(
+        "sweep",
+        "a !!python tag in a sweep config",
+        ("sweep", "--config", "tag.yaml"),
+        ("asks for an object", "tag.yaml: line 7", "!!python/object/apply:os.system"),
+        setup=sweep("tag.yaml", lambda text: text + PAYLOAD_TAG),
+    ),
+    Case(
+        "sweep",
+        "a Latin-1 byte in a sweep config",
+        ("sweep", "--config", "latin.yaml"),
+        ("not UTF-8 text", "latin.yaml", "Save it as UTF-8"),
+        setup=sweep("latin.yaml", lambda text: f"# tuned by Andr\xe9\n{text}".encode("latin-1")),
+    ),
+    Case(
+        "sweep",
+        "a nan bound",
+        ("sweep", "--config", "nan.yaml"),
+        ("must be a finite number", "space.model.init_args.optimizer.init_args.lr: `low`", "nan"),
+        setup=sweep("nan.yaml", lambda text: text.replace("low: 1.0e-4", "low: .nan")),
+    ),
+    Case(
+        "sweep",
+        "an infinite bound",
+        ("sweep", "--config", "inf.yaml"),
+        ("must be a finite number", "space.model.init_args.optimizer.init_args.lr: `high`", "inf"),
+        setup=sweep("inf.yaml", lambda text: text.replace("high: 1.0e-2", "high: .inf")),
+    ),
+    Case(
+        "sweep",
+        "a key given twice in a sweep config",
+        ("sweep", "--config", "twice.yaml"),
+        ("is given twice", "twice.yaml: key 'metric'", "lines 2 and 7"),
+        setup=sweep("twice.yaml", lambda text: f"{text}metric: val/acc\n"),
+    ),
+    Case(
+        "sweep",
+        "nested aliases in a sweep config",
+        ("sweep", "--config", "bomb.yaml"),
+        ("expand to more than 100,000 values", "bomb.yaml"),
+        setup=sweep("bomb.yaml", lambda text: text + BOMB),
+    ),
+    Case(
+        "sweep",
+        "an SQLite study in memory",
+        ("sweep", "--config", "mem.yaml", "--storage", "sqlite:///:memory:"),
+        ("an SQLite database in memory lives in this worker alone", "--storage sqlite:///:memory:"),
+        setup=sweep("mem.yaml"),
+    ),
+    Case(
+        "sweep",
+        "a database driver that is not installed",
+        ("sweep", "--config", "driver.yaml", "--storage", "mysql+mysqldb://user@127.0.0.1/db"),
+        ("its database driver, the Python package 'MySQLdb', is not installed", "uv add mysqlclient"),
+        setup=sweep("driver.yaml"),
     ),
     # Numbers: finite, and integers that fit
     Case(

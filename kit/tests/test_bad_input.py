@@ -18,6 +18,7 @@ import torch
 import launch
 from bad_inputs import CASES, MARKER, QUICK, Case
 from conftest import KIT, config, main
+from projkit.sweep import main as sweep
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +54,15 @@ def run_case(case: Case, baseline: Path, workdir: Path, monkeypatch, capsys) -> 
     monkeypatch.delenv("PROJ_DEBUG")
     for name, value in case.env.items():
         monkeypatch.setenv(name, value)
+    command = sweep if case.args[0] == "sweep" else main  # as `python -m <package>` dispatches
+    args = case.command(ckpt, workdir)[1:] if command is sweep else case.command(ckpt, workdir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if case.code == 0:
-            main(case.command(ckpt, workdir))
+            command(args)
         else:
             with pytest.raises(SystemExit) as exit_info:
-                main(case.command(ckpt, workdir))
+                command(args)
             assert exit_info.value.code == case.code
     captured = capsys.readouterr()
     output = captured.out + captured.err + "\n".join(str(w.message) for w in caught)

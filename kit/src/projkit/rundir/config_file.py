@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from projkit.context import current
 from projkit.logger_media import upload_config, upload_config_to_mlflow
 from projkit.rundir.naming import run_directory
+from projkit.strict_yaml import load
 
 # What a resume sets itself: the checkpoint, and the logger's way back into the run. The model is
 # the checkpoint's (``ckpt_path.ignored_model_settings`` names the flags it overrides).
@@ -72,8 +73,8 @@ class RunConfigSaver(SaveConfigCallback):
         in_effect = path.with_name(f"{path.stem}.from_step_{max(earlier)}.yaml") if earlier else path
         config = self.parser.dump(self.config, skip_unset=False)
         try:
-            changed = differences(yaml.safe_load(config), yaml.safe_load(in_effect.read_text()))
-        except (OSError, yaml.YAMLError) as error:  # edited by hand: the resume's settings still kept
+            changed = differences(yaml.safe_load(config), load(in_effect.read_text(encoding="utf-8")))
+        except (OSError, ValueError, yaml.YAMLError) as error:  # spoilt by hand: the resume goes on
             changed = [f"{in_effect.name} cannot be read ({type(error).__name__})"]
         if not changed:
             return
