@@ -167,6 +167,14 @@ def bad_predict_folder(workdir: Path, ckpt: Path) -> None:
     (folder / "note.png").write_text("remember to label these\n")
 
 
+def special_predict_folder(workdir: Path, ckpt: Path) -> None:
+    """A folder to predict on of one good PNG, a FIFO and a link to nothing."""
+    folder = workdir / "preds"
+    write_png(folder / "good.png", np.full((4, 4), 200))
+    os.mkfifo(folder / "fifo")
+    (folder / "gone.png").symlink_to(folder / "nothing.png")
+
+
 # A sweep config of the classify experiment, as configs/sweeps/ holds one; rows change its text.
 SWEEP = """configs: [{classify}]
 metric: val/loss
@@ -494,7 +502,13 @@ CASES: list[Case] = [
         "trainer",
         "negative clip",
         classify("fit", "--trainer.gradient_clip_val=-1"),
-        ("must be positive (a negative norm", "trainer.gradient_clip_val=-1.0"),
+        ("must be 0 or more (a negative norm", "trainer.gradient_clip_val=-1.0"),
+    ),
+    Case(
+        "trainer",
+        "a CSV logger flushed every 0 steps",
+        classify("fit", "--trainer.logger.init_args.flush_logs_every_n_steps=0"),
+        ("must be a positive number of steps", "trainer.logger.init_args.flush_logs_every_n_steps=0"),
     ),
     Case(
         "trainer",
@@ -639,6 +653,24 @@ CASES: list[Case] = [
             "'note.png' is a text file, not an image",
         ),
         setup=bad_predict_folder,
+    ),
+    Case(
+        "data",
+        "predict_path with a FIFO and a broken link",
+        classify("predict", "--ckpt_path={ckpt}", "--data.init_args.predict_path=preds"),
+        (
+            "cannot be read as images",
+            "data.predict_path: 2 file(s) under 'preds'",
+            "'fifo' is not a regular file",
+            "'gone.png' is a link to nothing",
+        ),
+        setup=special_predict_folder,
+    ),
+    Case(
+        "data",
+        "a network too large for any machine",
+        classify("fit", "--model.init_args.net.init_args.hidden=10000000000000"),
+        ("GB of memory, more than this machine can give", "model.init_args.net (tinyproj.nets.MLP): build"),
     ),
     Case(
         "data",
@@ -1052,6 +1084,12 @@ CASES: list[Case] = [
     ),
     Case(
         "number",
+        "batch_size beyond 64 bits",
+        classify("fit", "--data.init_args.batch_size=99999999999999999999"),
+        ("too large for a 64-bit integer", "data.init_args.batch_size=99999999999999999999"),
+    ),
+    Case(
+        "number",
         "max_epochs nan",
         classify("fit", "--trainer.max_epochs=nan"),
         ("must be a finite number", "trainer.max_epochs"),
@@ -1088,6 +1126,25 @@ CASES: list[Case] = [
         classify("fit"),
         ("Expected a <class 'int'>", "trainer.max_epochs"),
         env={"PL_FIT__TRAINER__MAX_EPOCHS": "many"},
+    ),
+    Case(
+        "environment",
+        "a lower-case PL_FIT variable",
+        classify("fit"),
+        (
+            "the CLI reads only upper-case names",
+            "environment variable pl_fit__trainer__max_epochs",
+            "PL_FIT__TRAINER__MAX_EPOCHS",
+        ),
+        env={"pl_fit__trainer__max_epochs": "3"},
+    ),
+    Case(
+        "environment",
+        "a config file in PL_FIT__CONFIG",
+        classify("fit"),
+        ("config files are given with --config", "PL_FIT__CONFIG=two.yaml", "--config two.yaml"),
+        setup=write("two.yaml", "trainer:\n  max_epochs: 2\n"),
+        env={"PL_FIT__CONFIG": "two.yaml"},
     ),
     Case(
         "environment",

@@ -157,6 +157,13 @@ def test_full_disk_at_a_small_checkpoint_is_said_as_such(baseline, workdir, monk
     refused_on_a_full_disk(baseline, workdir, monkeypatch, capsys, f"{HIDDEN}=32", room)
 
 
+def test_gradient_clip_val_0_turns_clipping_off(workdir):
+    """0 is Lightning's "no clipping", as null is: taken, not refused as a negative norm."""
+    args = [*QUICK, "--test_after_fit=false", "--trainer.gradient_clip_val=0"]
+    cli = main(["fit", "--config", config("classify.yaml"), *args])
+    assert cli.trainer.gradient_clip_val == 0 and cli.trainer.global_step == 2
+
+
 FAQ = (KIT / "docs" / "errors.md").read_text()
 
 

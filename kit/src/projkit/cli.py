@@ -41,7 +41,7 @@ from projkit.checks.config import (
     check_special_files,
     check_weights_only,
 )
-from projkit.checks.environment import check_environment
+from projkit.checks.environment import check_environment, check_environment_names
 from projkit.checks.model import check_monitors
 from projkit.checks.save_dir import check_run_names, check_save_dir
 from projkit.checks.trainer import check_trainer
@@ -213,7 +213,9 @@ class ProjectCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
-        check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
+        args = self.command_line if isinstance(self.command_line, (list, tuple)) else []
+        check_special_files(args, parser)
+        check_environment_names(args, self.subcommands(), parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand == "sweep":

@@ -17,6 +17,7 @@ from projkit.rundir.naming import class_of
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
+MAX_INT64 = 2**63 - 1
 
 
 def check_defaults(path: Path) -> None:
@@ -101,9 +102,15 @@ def check_seed(config, parser: LightningArgumentParser) -> None:
 def check_finite(config: Any, parser: LightningArgumentParser, key: str = "") -> None:
     """No setting takes nan or an infinity (``.nan``, ``.inf`` or ``1e400`` in YAML; a string ``nan``
     the parser refuses itself): a learning rate, a dropout or a clipping norm of nan trains on
-    garbage without a word. Every number of the parsed config passes here, whatever its key."""
+    garbage without a word. Nor an integer beyond 64 bits, which fails deep inside torch or numpy
+    once used (a batch size in a sampler). Every number of the parsed config passes here."""
     if isinstance(config, float) and not math.isfinite(config):
         parser.error(f"{key}={config}: must be a finite number. Give a finite value.")
+    if isinstance(config, int) and not isinstance(config, bool) and not -MAX_INT64 - 1 <= config <= MAX_INT64:
+        parser.error(
+            f"{key}={config}: too large for a 64-bit integer, which torch and numpy take (at most "
+            f"{MAX_INT64}). Give a smaller value."
+        )
     items = (
         vars(config).items()
         if isinstance(config, Namespace)
