@@ -915,6 +915,36 @@ CASES: list[Case] = [
     ),
     Case(
         "runs",
+        "a checkpoint file name that leads out",
+        classify("fit", "--checkpoint.init_args.filename=../../x"),
+        ("so the checkpoints would not be written in the run's folder", "filename='../../x'"),
+    ),
+    Case(
+        "runs",
+        "a checkpoint folder outside runs/",
+        classify("fit", "--last_checkpoint.init_args.dirpath={dir}/elsewhere"),
+        ("where the run's checkpoints belong", "last_checkpoint.init_args.dirpath=", "outside runs/"),
+    ),
+    Case(
+        "runs",
+        "a zero-width space in the run's name",
+        classify("fit", "--trainer.logger.init_args.name=digits\u200b"),
+        ("holds an invisible or control character", "(U+200B ZERO WIDTH SPACE)", "init_args.name="),
+    ),
+    Case(
+        "runs",
+        "a newline in the run's version",
+        classify("fit", "--trainer.logger.init_args.version=v\n1"),
+        ("holds an invisible or control character", "(U+000A", "trainer.logger.init_args.version="),
+    ),
+    Case(
+        "runs",
+        "a name too long for a file name",
+        classify("fit", "--trainer.logger.init_args.name=" + "n" * 300),
+        ("more than a file name may be (255)", "it is 300 bytes long"),
+    ),
+    Case(
+        "runs",
         "experiment folder a link outside",
         classify("fit", "--trainer.logger.init_args.name=elsewhere"),
         ("outside runs/ (a link?)", "runs/elsewhere"),

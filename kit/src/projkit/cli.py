@@ -43,7 +43,7 @@ from projkit.checks.config import (
 )
 from projkit.checks.environment import check_environment, check_environment_names
 from projkit.checks.model import check_monitors
-from projkit.checks.save_dir import check_run_names, check_save_dir
+from projkit.checks.save_dir import check_callback_paths, check_run_names, check_save_dir
 from projkit.checks.trainer import check_trainer
 from projkit.context import current
 from projkit.errors import named_refusals, reported_errors
@@ -246,6 +246,7 @@ class ProjectCLI(LightningCLI):
                 config.weights_only = True
             check_save_dir(config, parser)
             check_run_names(config, parser, self.config_files)
+            check_callback_paths(config, parser)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")
