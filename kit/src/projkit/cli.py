@@ -46,6 +46,7 @@ from projkit.checks.model import check_monitors
 from projkit.checks.save_dir import check_callback_paths, check_run_names, check_save_dir
 from projkit.checks.trainer import check_trainer
 from projkit.context import current
+from projkit.data.names import printable_names
 from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
 from projkit.outcome import NOTHING_TO_TRAIN, print_metrics, say_how_fit_ended, tested_at, tested_marker
@@ -207,7 +208,10 @@ class ProjectCLI(LightningCLI):
             ("vocab", "model.init_args.vocab"),
             ("vocab_size", f"{net}.vocab_size"),
         ]:
-            parser.link_arguments(f"data.{fact}", target, apply_on="instantiate")
+            # Folder names may hold bytes that are not UTF-8: the model, its config and checkpoints
+            # take them as text that YAML reads back.
+            named = {"compute_fn": printable_names} if fact == "classes" else {}
+            parser.link_arguments(f"data.{fact}", target, apply_on="instantiate", **named)
         # The context length is stated once, on the network; the data module cuts windows to match.
         parser.link_arguments(f"{net}.block_size", "data.init_args.block_size", apply_on="parse")
 
