@@ -108,6 +108,8 @@ def check_callback_paths(config, parser: LightningArgumentParser) -> None:
                 "the run's folder. Give a plain file name such as 'epoch{epoch:03d}'."
             )
         folder = init_args.get("dirpath")
+        if folder and (problem := character_problem(str(folder))):
+            parser.error(f"{key}.init_args.dirpath={str(folder)!r}: {problem}. Leave it unset (the run's).")
         inside = Path(os.path.expandvars(str(folder))).resolve() if folder else None
         if inside is not None and "://" not in str(folder) and not inside.is_relative_to(save_dir.resolve()):
             parser.error(
@@ -117,15 +119,22 @@ def check_callback_paths(config, parser: LightningArgumentParser) -> None:
             )
 
 
-def folder_name_problem(value: object) -> str | None:
-    """Why ``value`` is no single folder name, or None when it is one."""
-    text = "" if value is None else str(value)
+def character_problem(text: str) -> str | None:
+    """A character no name of a run's file may hold, or None."""
     if hidden := [char for char in text if unicodedata.category(char) in INVISIBLE]:
         code = f"U+{ord(hidden[0]):04X}"
         what = unicodedata.name(hidden[0], "a control character")
         return f"it holds an invisible or control character ({code} {what}), which no listing would show"
     if any(unicodedata.category(char) == "Cs" for char in text):
         return "it holds a byte that is not UTF-8, which no config can hold"
+    return None
+
+
+def folder_name_problem(value: object) -> str | None:
+    """Why ``value`` is no single folder name, or None when it is one."""
+    text = "" if value is None else str(value)
+    if problem := character_problem(text):
+        return problem
     if (size := len(text.encode("utf-8"))) > NAME_MAX:
         return f"it is {size} bytes long, more than a file name may be ({NAME_MAX})"
     if text.strip() in ("", "."):
