@@ -12,7 +12,9 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,10 @@ class Project:
             from projkit.cli import main
 
             main(None if argv is None else args)
+        if threading.current_thread() is threading.main_thread():
+            # Everything is written: a SIGTERM now (a scheduler's, at the job's end) must not turn the
+            # finished command into one killed by a signal, which reads as a failure.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def main(self, args: Sequence[str] | None = None, run: bool = True) -> Any:
         """The command line in this process, for tests and notebooks: ``main(["fit", ...])`` returns
