@@ -78,3 +78,31 @@ def test_a_sigterm_after_everything_is_written_exits_0(workdir):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "went on after the signal" in done.stdout
     assert (workdir / "runs" / "classify" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+def test_rank_1_ends_when_rank_0_is_killed_while_the_processes_initialise(workdir):
+    """Rank 0 (which launches rank 1) killed as soon as rank 1 exists: rank 1 would wait for it in the
+    rendezvous for as long as its timeout; it ends instead, as the later phases' watch would."""
+    ddp = ["--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--trainer.devices=2"]
+    command = [sys.executable, "-m", "tinyproj", "fit", "--config", config("classify.yaml"), *ddp, *TINY_FIT]
+    with open(workdir / "rank0.log", "w") as log:
+        rank0 = subprocess.Popen(
+            command, cwd=workdir, env={**os.environ, "PROJ_DEBUG": ""}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    ranks: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 300
+        while not ranks and rank0.poll() is None and time.monotonic() < deadline:
+            ranks = psutil.Process(rank0.pid).children()
+            time.sleep(0.02)
+        assert ranks, (workdir / "rank0.log").read_text()[-3000:]
+        rank0.kill()
+        rank0.wait()
+        left = ended(ranks, within=120)
+        assert not left, "rank 1 waited on for rank 0, killed while the processes initialised"
+    finally:
+        for process in ranks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()

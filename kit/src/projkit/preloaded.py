@@ -20,15 +20,12 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import runpy
-import select
-import signal
 import sys
-import threading
-import time
 import traceback
 from pathlib import Path
 
 from projkit.context import current
+from projkit.lifetime import end_with
 
 # How long a child whose parent exited has to save and stop after SIGTERM before it is killed.
 GRACE_S = 30
@@ -64,39 +61,6 @@ def _apply_threads(env: dict[str, str]) -> None:
         torch.set_num_threads(int(threads))
 
 
-def _end_with(parent: int) -> None:
-    """End this process once ``parent``, the process that started it (not the server it was forked
-    from), has exited: SIGTERM, on which a run saves and stops, then SIGKILL after ``GRACE_S``. A
-    sweep worker killed, even with kill -9, takes its trial with it rather than leaving it training
-    on as an orphan beside the retry a restart makes. Watched through a pidfd (no PID reuse), else by
-    polling once a second."""
-    try:
-        handle = os.pidfd_open(parent) if hasattr(os, "pidfd_open") else None
-    except ProcessLookupError:  # gone already: the poll below finds it so at once
-        handle = None
-
-    def watch() -> None:
-        if handle is not None:
-            select.select([handle], [], [])
-        while handle is None and _alive(parent):
-            time.sleep(1)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(GRACE_S)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="end-with-parent", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _child(
     package: str,
     args: list[str],
@@ -108,7 +72,7 @@ def _child(
     parent: int,
 ) -> None:
     _become_main_process()
-    _end_with(parent)
+    end_with(parent, GRACE_S)  # a sweep worker killed, even with kill -9, takes its trial with it
     if session:
         os.setsid()
     os.chdir(cwd)

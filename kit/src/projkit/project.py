@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from projkit.context import use
+from projkit.lifetime import end_with, launched_rank
 
 # What a distributed launcher (torchrun, SLURM, Lightning itself) passes as whole numbers; Lightning
 # reads LOCAL_RANK with int() while it is imported, so a bad value is refused before that.
@@ -53,6 +54,8 @@ class Project:
         use(self)
         args = list(sys.argv[1:] if argv is None else argv)
         check_launcher_variables()
+        if launched_rank():
+            end_with(os.getppid(), grace_s=10)  # rank 0, also while the processes initialise
         if args[:1] == ["sweep"]:
             from projkit.sweep import main as sweep
 
