@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from conftest import config
 from projkit.sweep.config import Sweep, SweepConfigError, load_sweep
 
-EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500")) // 5
+EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500")) // 10  # each reads and checks a sweep config
 SPEC = {
     "configs": [config("classify.yaml")],
     "metric": "val/loss",
