@@ -234,6 +234,37 @@ def test_the_checkpoint_names_the_folders_classes_for_predict_and_export_without
     assert json.loads(described.read_text())["classes"] == ["bright", "dark"]
 
 
+@pytest.mark.slow
+def test_class_folders_and_files_whose_names_are_not_utf8_work_end_to_end(workdir):
+    """A class folder and a file to predict named in Latin-1 (bytes that are not UTF-8): fit, predict,
+    test, export and a resume all run, each name kept as text with the byte shown as ``\\xe9``."""
+    root = workdir / "shapes"
+    latin = os.fsdecode(b"caf\xe9")  # the name Python gives the folder: a lone surrogate for the byte
+    for index in range(24):
+        for label, level in ((latin, 230), ("dark", 25)):
+            write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
+    mine = workdir / "mine"
+    mine.mkdir()
+    shutil.copy(root / latin / "0.png", mine / os.fsdecode(b"\xfe.png"))
+    common = (
+        "--config",
+        config("image_folder.yaml"),
+        *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
+    )
+    main(["fit", *common, "--trainer.max_epochs=1", "--test_after_fit=false"])
+    last = workdir / "runs" / "image_folder" / "version_0" / "checkpoints" / "last.ckpt"
+    assert list(torch.load(last, weights_only=True)["hyper_parameters"]["classes"]) == ["caf\\xe9", "dark"]
+    main(["predict", *common, f"--data.init_args.predict_path={mine}", f"--ckpt_path={last}"])
+    with open(last.parents[1] / "predictions.csv", newline="", encoding="utf-8") as f:
+        assert [row["file"] for row in csv.DictReader(f)] == ["\\xfe.png"]
+    main(["test", *common, f"--ckpt_path={last}"])
+    main(["export", *common, f"--ckpt_path={last}", "--formats=pt2"])
+    (described,) = last.parents[1].glob("export/*/model.json")
+    assert json.loads(described.read_text())["classes"] == ["caf\\xe9", "dark"]
+    resumed = main(["fit", *common, "--trainer.max_epochs=2", "--test_after_fit=false", "--ckpt_path=last"])
+    assert resumed.trainer.current_epoch == 2
+
+
 @pytest.mark.slow  # a tiny fit, a predict and two exports
 def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(workdir, capsys):
     """Export reads the checkpoint, not the training files: a bad file there does not stop it, and

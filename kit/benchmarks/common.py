@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
-import yaml
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
 from torch.utils.data import DataLoader
 
+from projkit import strict_yaml
 from projkit.cli import ProjectCLI
 from projkit.context import use
 from projkit.optim import WarmupCosineLR, param_groups
@@ -56,7 +56,7 @@ def label(experiment: str | Path) -> str:
 
 def model_class_path(config: Path) -> str | None:
     """The ``model.class_path`` an experiment config states, if it states one."""
-    loaded = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    loaded = strict_yaml.read(config) or {}
     model = loaded.get("model") if isinstance(loaded, dict) else None
     found = model.get("class_path") if isinstance(model, dict) else None
     return found if isinstance(found, str) else None

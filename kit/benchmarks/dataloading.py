@@ -40,7 +40,6 @@ from unittest import mock
 
 import numpy as np
 import torch
-import yaml
 from torchvision import datasets
 from torchvision.datasets import cifar
 
@@ -59,6 +58,7 @@ from common import (
     print_lowest,
     synchronize,
 )
+from projkit import strict_yaml
 
 EXPERIMENTS = (*IMAGE_EXPERIMENTS, *TEXT_EXPERIMENTS)
 
@@ -97,7 +97,7 @@ def write_idx(path: Path, array: np.ndarray) -> None:
 
 def data_class(config: Path) -> type | None:
     """The data module class an experiment config states (``data.class_path``), if it states one."""
-    data = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data")
+    data = (strict_yaml.read(config) or {}).get("data")
     class_path = data.get("class_path") if isinstance(data, dict) else None
     if not isinstance(class_path, str) or "." not in class_path:
         return None

@@ -68,6 +68,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.amp.grad_scaler import OptState
 
+from projkit import strict_yaml
 from projkit.project import Project, of_checkout
 
 BENCHMARKS = Path(__file__).resolve().parent
@@ -454,9 +455,7 @@ def random_text(path: Path, vocab: int, length: int) -> None:
 
 def config_net(config: str) -> type:
     """The network class an experiment's config (``--config=PATH``) trains: its ``class_path``."""
-    import yaml
-
-    loaded = yaml.safe_load(Path(config.removeprefix("--config=")).read_text(encoding="utf-8"))
+    loaded = strict_yaml.read(config.removeprefix("--config="))
     module, _, name = loaded["model"]["init_args"]["net"]["class_path"].rpartition(".")
     return getattr(importlib.import_module(module), name)
 

@@ -23,11 +23,11 @@ from collections import defaultdict
 from pathlib import Path
 from types import FrameType
 
-import yaml
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import projkit
 from common import ROOT, experiment_config, project_for
+from projkit import strict_yaml
 
 KIT = Path(projkit.__file__).resolve().parent
 # Modules that run beside the step without changing what it computes: a reader may skip them. The
@@ -59,7 +59,7 @@ def package_folder(name: str) -> Path | None:
 def owner_packages(config: Path, package: str) -> dict[str, Path]:
     """The project's package, and each other package the config's class paths name that is neither
     the kit nor installed among the libraries: name → folder."""
-    names = {package} | {path.split(".")[0] for path in class_paths(yaml.safe_load(config.read_text()))}
+    names = {package} | {path.split(".")[0] for path in class_paths(strict_yaml.read(config))}
     found = {}
     for name in sorted(names - {"projkit"}):
         folder = package_folder(name)

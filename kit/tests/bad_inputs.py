@@ -167,6 +167,47 @@ def bad_predict_folder(workdir: Path, ckpt: Path) -> None:
     (folder / "note.png").write_text("remember to label these\n")
 
 
+def special_predict_folder(workdir: Path, ckpt: Path) -> None:
+    """A folder to predict on of one good PNG, a FIFO and a link to nothing."""
+    folder = workdir / "preds"
+    write_png(folder / "good.png", np.full((4, 4), 200))
+    os.mkfifo(folder / "fifo")
+    (folder / "gone.png").symlink_to(folder / "nothing.png")
+
+
+# A sweep config of the classify experiment, as configs/sweeps/ holds one; rows change its text.
+SWEEP = """configs: [{classify}]
+metric: val/loss
+direction: minimize
+n_trials: 1
+space:
+  model.init_args.optimizer.init_args.lr: {{type: float, low: 1.0e-4, high: 1.0e-2, log: true}}
+"""
+# A tag that runs a command when a loader that builds Python objects reads it.
+PAYLOAD_TAG = f"sampler: !!python/object/apply:os.system [touch {MARKER}]\n"
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
+)
+
+
+def sweep(name: str, change: Callable[[str], str | bytes] = str) -> Callable[[Path, Path], None]:
+    """The sweep config ``name``, ``change`` applied to ``SWEEP``'s text."""
+
+    def setup(workdir: Path, ckpt: Path) -> None:
+        text = change(SWEEP.format(classify=CONFIGS / "classify.yaml"))
+        (workdir / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return setup
+
+
+def bombed_run(workdir: Path, ckpt: Path) -> None:
+    """A copy of the baseline run whose config.yaml ends in nested aliases (a "billion laughs")."""
+    run = workdir / "runs" / "bombed" / "version_0"
+    shutil.copytree(ckpt.parent.parent, run)
+    with open(run / "config.yaml", "a") as file:
+        file.write(BOMB)
+
+
 # Overlays of other loggers, as a project's configs/logger/ holds them.
 TENSORBOARD = (
     "trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.TensorBoardLogger\n"
@@ -461,7 +502,13 @@ CASES: list[Case] = [
         "trainer",
         "negative clip",
         classify("fit", "--trainer.gradient_clip_val=-1"),
-        ("must be positive (a negative norm", "trainer.gradient_clip_val=-1.0"),
+        ("must be 0 or more (a negative norm", "trainer.gradient_clip_val=-1.0"),
+    ),
+    Case(
+        "trainer",
+        "a CSV logger flushed every 0 steps",
+        classify("fit", "--trainer.logger.init_args.flush_logs_every_n_steps=0"),
+        ("must be a positive number of steps", "trainer.logger.init_args.flush_logs_every_n_steps=0"),
     ),
     Case(
         "trainer",
@@ -606,6 +653,24 @@ CASES: list[Case] = [
             "'note.png' is a text file, not an image",
         ),
         setup=bad_predict_folder,
+    ),
+    Case(
+        "data",
+        "predict_path with a FIFO and a broken link",
+        classify("predict", "--ckpt_path={ckpt}", "--data.init_args.predict_path=preds"),
+        (
+            "cannot be read as images",
+            "data.predict_path: 2 file(s) under 'preds'",
+            "'fifo' is not a regular file",
+            "'gone.png' is a link to nothing",
+        ),
+        setup=special_predict_folder,
+    ),
+    Case(
+        "data",
+        "a network too large for any machine",
+        classify("fit", "--model.init_args.net.init_args.hidden=10000000000000"),
+        ("GB of memory, more than this machine can give", "model.init_args.net (tinyproj.nets.MLP): build"),
     ),
     Case(
         "data",
@@ -850,6 +915,36 @@ CASES: list[Case] = [
     ),
     Case(
         "runs",
+        "a checkpoint file name that leads out",
+        classify("fit", "--checkpoint.init_args.filename=../../x"),
+        ("so the checkpoints would not be written in the run's folder", "filename='../../x'"),
+    ),
+    Case(
+        "runs",
+        "a checkpoint folder outside runs/",
+        classify("fit", "--last_checkpoint.init_args.dirpath={dir}/elsewhere"),
+        ("where the run's checkpoints belong", "last_checkpoint.init_args.dirpath=", "outside runs/"),
+    ),
+    Case(
+        "runs",
+        "a zero-width space in the run's name",
+        classify("fit", "--trainer.logger.init_args.name=digits\u200b"),
+        ("holds an invisible or control character", "(U+200B ZERO WIDTH SPACE)", "init_args.name="),
+    ),
+    Case(
+        "runs",
+        "a newline in the run's version",
+        classify("fit", "--trainer.logger.init_args.version=v\n1"),
+        ("holds an invisible or control character", "(U+000A", "trainer.logger.init_args.version="),
+    ),
+    Case(
+        "runs",
+        "a name too long for a file name",
+        classify("fit", "--trainer.logger.init_args.name=" + "n" * 300),
+        ("more than a file name may be (255)", "it is 300 bytes long"),
+    ),
+    Case(
+        "runs",
         "experiment folder a link outside",
         classify("fit", "--trainer.logger.init_args.name=elsewhere"),
         ("outside runs/ (a link?)", "runs/elsewhere"),
@@ -897,6 +992,82 @@ CASES: list[Case] = [
         ("a FIFO, device or socket, not a file", "--trainer.strategy="),
         setup=lambda workdir, ckpt: os.mkfifo(workdir / "fifo"),
     ),
+    Case(
+        "yaml",
+        "nested aliases in a resumed run's config.yaml",
+        classify(
+            "fit", "--trainer.max_epochs=2", "--trainer.logger.init_args.name=bombed", "--ckpt_path=last"
+        ),
+        ("cannot be read (UnsafeYAML)", "config.yaml cannot be read", "Resuming runs/bombed/version_0"),
+        code=0,
+        setup=bombed_run,
+        slow=True,
+        new_run=True,
+    ),
+    # Sweep configs: read as strictly as configs, their storage refused in one line
+    Case(
+        "sweep",
+        "a tab in a sweep config",
+        ("sweep", "--config", "tab.yaml"),
+        ("not valid YAML at line", "tab.yaml: not valid YAML at line 6", "not tabs"),
+        setup=sweep("tab.yaml", lambda text: text.replace("\n  model.", "\n\tmodel.")),
+    ),
+    Case(
+        "sweep",
+        "a !!python tag in a sweep config",
+        ("sweep", "--config", "tag.yaml"),
+        ("asks for an object", "tag.yaml: line 7", "!!python/object/apply:os.system"),
+        setup=sweep("tag.yaml", lambda text: text + PAYLOAD_TAG),
+    ),
+    Case(
+        "sweep",
+        "a Latin-1 byte in a sweep config",
+        ("sweep", "--config", "latin.yaml"),
+        ("not UTF-8 text", "latin.yaml", "Save it as UTF-8"),
+        setup=sweep("latin.yaml", lambda text: f"# tuned by Andr\xe9\n{text}".encode("latin-1")),
+    ),
+    Case(
+        "sweep",
+        "a nan bound",
+        ("sweep", "--config", "nan.yaml"),
+        ("must be a finite number", "space.model.init_args.optimizer.init_args.lr: `low`", "nan"),
+        setup=sweep("nan.yaml", lambda text: text.replace("low: 1.0e-4", "low: .nan")),
+    ),
+    Case(
+        "sweep",
+        "an infinite bound",
+        ("sweep", "--config", "inf.yaml"),
+        ("must be a finite number", "space.model.init_args.optimizer.init_args.lr: `high`", "inf"),
+        setup=sweep("inf.yaml", lambda text: text.replace("high: 1.0e-2", "high: .inf")),
+    ),
+    Case(
+        "sweep",
+        "a key given twice in a sweep config",
+        ("sweep", "--config", "twice.yaml"),
+        ("is given twice", "twice.yaml: key 'metric'", "lines 2 and 7"),
+        setup=sweep("twice.yaml", lambda text: f"{text}metric: val/acc\n"),
+    ),
+    Case(
+        "sweep",
+        "nested aliases in a sweep config",
+        ("sweep", "--config", "bomb.yaml"),
+        ("expand to more than 100,000 values", "bomb.yaml"),
+        setup=sweep("bomb.yaml", lambda text: text + BOMB),
+    ),
+    Case(
+        "sweep",
+        "an SQLite study in memory",
+        ("sweep", "--config", "mem.yaml", "--storage", "sqlite:///:memory:"),
+        ("an SQLite database in memory lives in this worker alone", "--storage sqlite:///:memory:"),
+        setup=sweep("mem.yaml"),
+    ),
+    Case(
+        "sweep",
+        "a database driver that is not installed",
+        ("sweep", "--config", "driver.yaml", "--storage", "mysql+mysqldb://user@127.0.0.1/db"),
+        ("its database driver, the Python package 'MySQLdb', is not installed", "uv add mysqlclient"),
+        setup=sweep("driver.yaml"),
+    ),
     # Numbers: finite, and integers that fit
     Case(
         "number",
@@ -943,6 +1114,12 @@ CASES: list[Case] = [
     ),
     Case(
         "number",
+        "batch_size beyond 64 bits",
+        classify("fit", "--data.init_args.batch_size=99999999999999999999"),
+        ("too large for a 64-bit integer", "data.init_args.batch_size=99999999999999999999"),
+    ),
+    Case(
+        "number",
         "max_epochs nan",
         classify("fit", "--trainer.max_epochs=nan"),
         ("must be a finite number", "trainer.max_epochs"),
@@ -979,6 +1156,25 @@ CASES: list[Case] = [
         classify("fit"),
         ("Expected a <class 'int'>", "trainer.max_epochs"),
         env={"PL_FIT__TRAINER__MAX_EPOCHS": "many"},
+    ),
+    Case(
+        "environment",
+        "a lower-case PL_FIT variable",
+        classify("fit"),
+        (
+            "the CLI reads only upper-case names",
+            "environment variable pl_fit__trainer__max_epochs",
+            "PL_FIT__TRAINER__MAX_EPOCHS",
+        ),
+        env={"pl_fit__trainer__max_epochs": "3"},
+    ),
+    Case(
+        "environment",
+        "a config file in PL_FIT__CONFIG",
+        classify("fit"),
+        ("config files are given with --config", "PL_FIT__CONFIG=two.yaml", "--config two.yaml"),
+        setup=write("two.yaml", "trainer:\n  max_epochs: 2\n"),
+        env={"PL_FIT__CONFIG": "two.yaml"},
     ),
     Case(
         "environment",

@@ -18,6 +18,7 @@ import torch
 import launch
 from bad_inputs import CASES, MARKER, QUICK, Case
 from conftest import KIT, config, main
+from projkit.sweep import main as sweep
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +54,15 @@ def run_case(case: Case, baseline: Path, workdir: Path, monkeypatch, capsys) -> 
     monkeypatch.delenv("PROJ_DEBUG")
     for name, value in case.env.items():
         monkeypatch.setenv(name, value)
+    command = sweep if case.args[0] == "sweep" else main  # as `python -m <package>` dispatches
+    args = case.command(ckpt, workdir)[1:] if command is sweep else case.command(ckpt, workdir)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if case.code == 0:
-            main(case.command(ckpt, workdir))
+            command(args)
         else:
             with pytest.raises(SystemExit) as exit_info:
-                main(case.command(ckpt, workdir))
+                command(args)
             assert exit_info.value.code == case.code
     captured = capsys.readouterr()
     output = captured.out + captured.err + "\n".join(str(w.message) for w in caught)
@@ -152,6 +155,13 @@ def test_full_disk_at_a_small_checkpoint_is_said_as_such(baseline, workdir, monk
     checkpoint = used_kib(baseline / "classify" / "version_0" / "checkpoints" / "last.ckpt")
     room = used_kib(baseline) + checkpoint - 4
     refused_on_a_full_disk(baseline, workdir, monkeypatch, capsys, f"{HIDDEN}=32", room)
+
+
+def test_gradient_clip_val_0_turns_clipping_off(workdir):
+    """0 is Lightning's "no clipping", as null is: taken, not refused as a negative norm."""
+    args = [*QUICK, "--test_after_fit=false", "--trainer.gradient_clip_val=0"]
+    cli = main(["fit", "--config", config("classify.yaml"), *args])
+    assert cli.trainer.gradient_clip_val == 0 and cli.trainer.global_step == 2
 
 
 FAQ = (KIT / "docs" / "errors.md").read_text()

@@ -6,6 +6,7 @@ project."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_FIT, config, main
+from projkit.sweep import load_sweep
 from projkit.sweep import main as sweep
+from projkit.sweep.storage import open_study, storage_for
 
 # A sweep of the classify experiment, as a project's configs/sweeps/ holds one.
 SWEEP = f"""
@@ -51,7 +54,7 @@ def test_a_bad_local_rank_is_named(workdir: Path):
 @pytest.mark.parametrize(
     ("storage", "words"),
     [
-        ("notadb://x", "--storage notadb://x: cannot open the study's database"),
+        ("notadb://x", "--storage notadb://x: the study's database failed"),
         ("sqlite:////nonexistent/dir/s.db", "the folder /nonexistent/dir/ does not exist"),
         ("garbage", "--storage garbage: not a database URL"),
         (None, "study.db: not an SQLite database"),
@@ -72,6 +75,51 @@ def test_a_study_database_that_cannot_open_is_named(storage, words, workdir: Pat
     assert exit_info.value.code == 2
     assert words in one_error(capsys.readouterr().err)
     assert study.read_text() == "not a database\n"
+
+
+def sweep_file(workdir: Path, folder: str, text: str = SWEEP) -> str:
+    path = workdir / folder / "classify_optuna.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path.relative_to(workdir))
+
+
+def test_a_study_database_that_fails_later_is_named(workdir: Path, capsys, monkeypatch):
+    """An error of the study's database after it opened (a trial in a state Optuna does not know: a
+    LookupError inside SQLAlchemy) ends the worker in the same one line, through the one place every
+    storage error passes."""
+    monkeypatch.delenv("PROJ_DEBUG")
+    path = sweep_file(workdir, "configs/sweeps")
+    storage = storage_for(f"sqlite:///{workdir / 's.db'}")
+    open_study(load_sweep(path), storage).ask()
+    with sqlite3.connect(workdir / "s.db") as database:
+        database.execute("UPDATE trials SET state = 'BOGUS'")
+    with pytest.raises(SystemExit) as exit_info:
+        sweep(["--config", path, "--storage", f"sqlite:///{workdir / 's.db'}"])
+    assert exit_info.value.code == 2
+    error = one_error(capsys.readouterr().err)
+    assert f"--storage sqlite:///{workdir / 's.db'}: the study's database failed (" in error
+    assert "LookupError: 'BOGUS' is not among the defined enum values" in error
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (("high: 1.0e-1", "high: 1.0"), "was made for a search space that differs at model.init_args"),
+        (("metric: val/loss", "metric: val/acc"), "metric: the study 'classify_optuna' in the storage"),
+    ],
+)
+def test_two_sweep_configs_of_one_name_do_not_share_a_study(change, words, workdir, capsys, monkeypatch):
+    monkeypatch.delenv("PROJ_DEBUG")
+    first = sweep_file(workdir, "configs/sweeps")
+    open_study(load_sweep(first), storage_for(f"sqlite:///{workdir / 's.db'}"))
+    other = sweep_file(workdir, "mine", SWEEP.replace(*change))
+    with pytest.raises(SystemExit) as exit_info:
+        sweep(["--config", other, "--storage", f"sqlite:///{workdir / 's.db'}"])
+    assert exit_info.value.code == 2
+    error = one_error(capsys.readouterr().err)
+    assert words in error and "Rename one of the sweep configs" in error
+    assert not (workdir / "runs" / "sweeps" / "classify_optuna" / "trial_0").exists(), "no trial ran"
 
 
 def immutable(folder: Path) -> bool:

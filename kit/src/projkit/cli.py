@@ -41,11 +41,12 @@ from projkit.checks.config import (
     check_special_files,
     check_weights_only,
 )
-from projkit.checks.environment import check_environment
+from projkit.checks.environment import check_environment, check_environment_names
 from projkit.checks.model import check_monitors
-from projkit.checks.save_dir import check_run_names, check_save_dir
+from projkit.checks.save_dir import check_callback_paths, check_run_names, check_save_dir
 from projkit.checks.trainer import check_trainer
 from projkit.context import current
+from projkit.data.names import printable_names
 from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
 from projkit.outcome import (
@@ -219,13 +220,18 @@ class ProjectCLI(LightningCLI):
             ("vocab", "model.init_args.vocab"),
             ("vocab_size", f"{net}.vocab_size"),
         ]:
-            parser.link_arguments(f"data.{fact}", target, apply_on="instantiate")
+            # Folder names may hold bytes that are not UTF-8: the model, its config and checkpoints
+            # take them as text that YAML reads back.
+            named = {"compute_fn": printable_names} if fact == "classes" else {}
+            parser.link_arguments(f"data.{fact}", target, apply_on="instantiate", **named)
         # The context length is stated once, on the network; the data module cuts windows to match.
         parser.link_arguments(f"{net}.block_size", "data.init_args.block_size", apply_on="parse")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
-        check_special_files(self.command_line if isinstance(self.command_line, (list, tuple)) else [], parser)
+        args = self.command_line if isinstance(self.command_line, (list, tuple)) else []
+        check_special_files(args, parser)
+        check_environment_names(args, self.subcommands(), parser)
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand in OWN_SUBCOMMANDS:
@@ -255,6 +261,7 @@ class ProjectCLI(LightningCLI):
                 config.weights_only = True
             check_save_dir(config, parser)
             check_run_names(config, parser, self.config_files)
+            check_callback_paths(config, parser)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")

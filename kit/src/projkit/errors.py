@@ -116,9 +116,26 @@ def named_refusals(config) -> Iterator[None]:
         if debugging() or isinstance(error, ConfigError):
             raise
         cause = unwrapped(error)
+        if (asked := allocation_refused(cause)) is not None:
+            raise ConfigError(refusal(error, config, asked)) from None
         if not is_refusal(cause):
             raise cause from cause.__cause__
         raise ConfigError(refusal(error, config)) from error
+
+
+def allocation_refused(error: BaseException) -> str | None:
+    """What a constructor that asked for more memory than the machine can give was told, in a few
+    words (a network's size setting far too large: torch's message is a C++ assertion); else None."""
+    said = str(error)
+    if not isinstance(error, (MemoryError, torch.OutOfMemoryError)) and "can't allocate memory" not in said:
+        return None
+    size = re.search(r"allocate (\d+) bytes", said) or re.search(r"allocate ([\d.]+ \w+)", said)
+    amount = f"{int(size.group(1)) / 1e9:,.0f} GB" if size and size.group(1).isdigit() else None
+    amount = amount or (size.group(1) if size else "more memory than this machine has")
+    return (
+        f"building it asks for {amount} of memory, more than this machine can give. A size setting "
+        "too large (a width, a depth, a vocabulary)? Lower it"
+    )
 
 
 def unwrapped(error: BaseException) -> BaseException:
@@ -148,11 +165,12 @@ def is_refusal(error: BaseException) -> bool:
     return any((frame.line or "").startswith("raise") for frame in innermost(error))
 
 
-def refusal(error: BaseException, config) -> str:
+def refusal(error: BaseException, config, said: str | None = None) -> str:
     """What a constructor refused, as ``"<key> (<class path>): <its message>"`` for the class from the
     config that raised it, found on the traceback of ``error`` or of the error it wraps (jsonargparse
     wraps it in a dump of every subtype it tried). The key is left out when the message starts
-    with it already, and is unknown when no class of the config raised ``error``."""
+    with it already, and is unknown when no class of the config raised ``error``. ``said`` replaces
+    the error's message."""
     classes = {}
     for key in ("model", "model.init_args.net", "data"):
         spec = config
@@ -171,11 +189,12 @@ def refusal(error: BaseException, config) -> str:
             built = frame.tb_frame.f_locals.get("self") if code.co_name == "__init__" else None
             if type(built) in classes:
                 key, class_path = classes[type(built)]
-                named = str(cause).startswith((f"{key}.", f"{key}:"))
-                return str(cause) if named else f"{key} ({class_path}): {cause}"
+                text = said or str(cause)
+                named = text.startswith((f"{key}.", f"{key}:"))
+                return text if named else f"{key} ({class_path}): {text}"
             frame = frame.tb_next
         cause = cause.__cause__ or cause.__context__
-    return str(error)
+    return said or str(error)
 
 
 def lightning_refusal(error: BaseException) -> str | None:

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import yaml
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from projkit.strict_yaml import load
 
 
 def takes_pictures(loggers: Sequence[Logger]) -> bool:
@@ -75,7 +76,7 @@ def upload_config(logger: WandbLogger, path: Path) -> None:
     """
     text = path.read_text()
     run = logger.experiment
-    run.config.update(yaml.safe_load(text), allow_val_change=True)
+    run.config.update(load(text), allow_val_change=True)
     copy = Path(run.dir) / "run_config.yaml"
     copy.write_text(text)
     run.save(str(copy), base_path=run.dir, policy="now")
@@ -95,7 +96,7 @@ def upload_config_to_mlflow(logger: MLFlowLogger, path: Path) -> None:
     from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
     note = " ... [cut: whole in the artifact config.yaml]"
-    params = flat_params(yaml.safe_load(path.read_text()))
+    params = flat_params(load(path.read_text()))
     if too_long := [key for key, value in params.items() if len(value) > MAX_PARAM_VAL_LENGTH]:
         rank_zero_warn(f"MLflow params cut to {MAX_PARAM_VAL_LENGTH} characters: {', '.join(too_long)}")
     for key in too_long:

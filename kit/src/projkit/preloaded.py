@@ -25,6 +25,10 @@ import traceback
 from pathlib import Path
 
 from projkit.context import current
+from projkit.lifetime import end_with
+
+# How long a child whose parent exited has to save and stop after SIGTERM before it is killed.
+GRACE_S = 30
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["projkit.cli"])
@@ -58,9 +62,17 @@ def _apply_threads(env: dict[str, str]) -> None:
 
 
 def _child(
-    package: str, args: list[str], cwd: str, env: dict[str, str], out: str, err: str, session: bool
+    package: str,
+    args: list[str],
+    cwd: str,
+    env: dict[str, str],
+    out: str,
+    err: str,
+    session: bool,
+    parent: int,
 ) -> None:
     _become_main_process()
+    end_with(parent, GRACE_S)  # a sweep worker killed, even with kill -9, takes its trial with it
     if session:
         os.setsid()
     os.chdir(cwd)
@@ -102,7 +114,7 @@ class Process:
         package = current().package
         self.args = [sys.executable, "-m", package, *args]
         self._process = _CONTEXT.Process(
-            target=_child, args=(package, args, str(cwd), env, str(stdout), str(stderr), session)
+            target=_child, args=(package, args, str(cwd), env, str(stdout), str(stderr), session, os.getpid())
         )
         self._process.start()
         self.pid: int = self._process.pid

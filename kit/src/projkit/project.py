@@ -12,13 +12,16 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from projkit.context import use
+from projkit.lifetime import end_with, launched_rank
 
 # What a distributed launcher (torchrun, SLURM, Lightning itself) passes as whole numbers; Lightning
 # reads LOCAL_RANK with int() while it is imported, so a bad value is refused before that.
@@ -51,6 +54,8 @@ class Project:
         use(self)
         args = list(sys.argv[1:] if argv is None else argv)
         check_launcher_variables()
+        if launched_rank():
+            end_with(os.getppid(), grace_s=10)  # rank 0, also while the processes initialise
         if args[:1] == ["sweep"]:
             from projkit.sweep import main as sweep
 
@@ -63,6 +68,10 @@ class Project:
             from projkit.cli import main
 
             main(None if argv is None else args)
+        if threading.current_thread() is threading.main_thread():
+            # Everything is written: a SIGTERM now (a scheduler's, at the job's end) must not turn the
+            # finished command into one killed by a signal, which reads as a failure.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def main(self, args: Sequence[str] | None = None, run: bool = True) -> Any:
         """The command line in this process, for tests and notebooks: ``main(["fit", ...])`` returns

@@ -3,11 +3,15 @@ is refused (YAML keeps the last without a word), and so is a document whose alia
 config's size (nested aliases, a "billion laughs", would hang the parser while memory grows).
 
 jsonargparse loads every config file and every value through one YAML loader; ``install`` puts this
-check in front of it, so no way of giving YAML escapes it.
+check in front of it, so no way of giving YAML escapes it. Every other YAML the kit reads (a sweep
+config, a run's own ``config.yaml`` on resume) goes through ``load`` or ``read``: the same checks, and
+the safe loader, so that no tag builds an object or runs code.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -17,15 +21,61 @@ from jsonargparse import get_loader, set_loader
 MAX_NODES = 100_000
 
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class UnsafeYAML(yaml.YAMLError):
     """YAML that parses but cannot be meant: a repeated key, or aliases expanding without bound."""
+
+
+class YAMLFileError(ValueError):
+    """A YAML file that cannot be read as a config; the message says where and the fix (the caller
+    puts the file's name in front)."""
+
+
+def load(text: str) -> Any:
+    """YAML text as the CLI reads a config: no key twice, no alias bomb, no tag that builds an object."""
+    check_yaml(text)
+    return yaml.load(text, Loader=SAFE_LOADER)
+
+
+def read(path: str | Path) -> Any:
+    """The YAML file ``path`` read with ``load``; any problem with its text raised as ``YAMLFileError``
+    (an ``OSError`` passes: the caller knows what the file is for)."""
+    raw = Path(path).read_bytes()
+    try:
+        return load(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise YAMLFileError(
+            f"not UTF-8 text ({error.reason} at byte {error.start}). Save it as UTF-8"
+        ) from None
+    except yaml.YAMLError as error:
+        raise YAMLFileError(problem(error, raw.decode("utf-8"))) from None
+
+
+def problem(error: yaml.YAMLError, text: str) -> str:
+    """What is wrong with the YAML, by line, with the fix."""
+    if isinstance(error, UnsafeYAML):
+        return str(error)
+    mark = getattr(error, "problem_mark", None)
+    line = mark.line + 1 if mark else None
+    reason = str(getattr(error, "problem", None) or error)
+    if tag := re.search(r"constructor for the tag '([^']+)'", reason):
+        name = tag.group(1).replace("tag:yaml.org,2002:", "!!")
+        return (
+            f"line {line}: the tag {name} asks for an object, which a config never holds (such a tag "
+            "builds objects or runs code). Remove the tag and write the value"
+        )
+    at = text.splitlines()[line - 1 : line] if line else []
+    tabs = "; YAML indents with spaces, not tabs" if any("\t" in part for part in at) else ""
+    return f"not valid YAML{f' at line {line}' if line else ''} ({reason}){tabs}. Fix the syntax there"
 
 
 def check_yaml(text: str) -> None:
     """Raise ``UnsafeYAML`` for a repeated key (naming it and both lines) or for aliases that expand
     to more than ``MAX_NODES`` nodes; syntax errors are left to the loader, which reports them."""
     try:
-        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        node = yaml.compose(text, Loader=SAFE_LOADER)
     except yaml.YAMLError:
         return
     if node is not None:

@@ -21,6 +21,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.trainer.states import TrainerFn
 
+from projkit.data.names import printable
 from projkit.rundir.naming import run_directory
 
 
@@ -112,8 +113,8 @@ class ClassPredictionWriter(PredictionFileWriter):
         out = csv.writer(file)
         out.writerow(["file" if files else "index", "class", "probability"])
         for index, pred, prob in rows:
-            name = classes[pred] if classes else pred
-            out.writerow([files[index] if files else index, name, f"{prob:.6f}"])
+            name = printable(classes[pred]) if classes else pred
+            out.writerow([printable(files[index]) if files else index, name, f"{prob:.6f}"])
 
 
 class TextPredictionWriter(PredictionFileWriter):

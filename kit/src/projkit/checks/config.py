@@ -9,15 +9,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
+from projkit import strict_yaml
 from projkit.rundir.naming import class_of
-from projkit.strict_yaml import UnsafeYAML, check_yaml
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
+MAX_INT64 = 2**63 - 1
 
 
 def check_defaults(path: Path) -> None:
@@ -39,21 +39,11 @@ def check_config_files(paths: list[str], parser: LightningArgumentParser) -> Non
         if not Path(path).is_file():
             continue  # jsonargparse names a missing file, and takes inline YAML too
         try:
-            text = Path(path).read_text(encoding="utf-8")
-            check_yaml(text)
-            config = yaml.safe_load(text)
-        except UnsafeYAML as error:
+            config = strict_yaml.read(path)
+        except strict_yaml.YAMLFileError as error:
             parser.error(f"--config {path}: {error}.")
-        except UnicodeDecodeError as error:
-            parser.error(
-                f"--config {path}: not UTF-8 text ({error.reason} at byte {error.start}). Save it as UTF-8."
-            )
         except OSError as error:
             parser.error(f"--config {path}: cannot be read ({error.strerror}). Check its permissions.")
-        except yaml.YAMLError as error:
-            where = f" at line {error.problem_mark.line + 1}" if getattr(error, "problem_mark", None) else ""
-            problem = getattr(error, "problem", None) or error
-            parser.error(f"--config {path}: not valid YAML{where} ({problem}). Fix the syntax there.")
         if config is None:
             parser.error(f"--config {path}: the file is empty (or comments only). Add settings or drop it.")
         if not isinstance(config, dict):
@@ -112,9 +102,15 @@ def check_seed(config, parser: LightningArgumentParser) -> None:
 def check_finite(config: Any, parser: LightningArgumentParser, key: str = "") -> None:
     """No setting takes nan or an infinity (``.nan``, ``.inf`` or ``1e400`` in YAML; a string ``nan``
     the parser refuses itself): a learning rate, a dropout or a clipping norm of nan trains on
-    garbage without a word. Every number of the parsed config passes here, whatever its key."""
+    garbage without a word. Nor an integer beyond 64 bits, which fails deep inside torch or numpy
+    once used (a batch size in a sampler). Every number of the parsed config passes here."""
     if isinstance(config, float) and not math.isfinite(config):
         parser.error(f"{key}={config}: must be a finite number. Give a finite value.")
+    if isinstance(config, int) and not isinstance(config, bool) and not -MAX_INT64 - 1 <= config <= MAX_INT64:
+        parser.error(
+            f"{key}={config}: too large for a 64-bit integer, which torch and numpy take (at most "
+            f"{MAX_INT64}). Give a smaller value."
+        )
     items = (
         vars(config).items()
         if isinstance(config, Namespace)

@@ -1,9 +1,11 @@
-"""The ``PL_<SUBCOMMAND>__...`` variables a command reads: each must name a setting."""
+"""The ``PL_<SUBCOMMAND>__...`` variables a command reads: each must name a setting, in upper case."""
 
 from __future__ import annotations
 
 import difflib
 import os
+from argparse import ArgumentParser
+from collections.abc import Iterable, Sequence
 
 from jsonargparse._formatters import get_env_var
 from lightning.pytorch.cli import LightningCLI
@@ -26,4 +28,25 @@ def check_environment(cli: LightningCLI, subcommand: str) -> None:
             parser.error(
                 f"environment variable {name} names no setting of `{subcommand}`, so it would be "
                 f"ignored.{hint} Fix its name or unset it."
+            )
+
+
+def check_environment_names(args: Sequence[str], subcommands: Iterable[str], parser: ArgumentParser) -> None:
+    """Variables a command would read otherwise than meant, refused before any is read: a lower-case
+    ``pl_fit__…``, which the CLI never reads (ignored without a word), and ``PL_FIT__CONFIG``, a
+    config file read before the command line's ``--config`` files, whose errors name no variable."""
+    subcommand = next((arg for arg in map(str, args) if arg in subcommands), None)
+    if subcommand is None:
+        return
+    prefix = f"PL_{subcommand.upper()}__"
+    for name, value in sorted(os.environ.items()):
+        if name.upper().startswith(prefix) and name != name.upper():
+            parser.error(
+                f"environment variable {name}: the CLI reads only upper-case names, so it would be "
+                f"ignored. Rename it {name.upper()}."
+            )
+        if name == f"{prefix}CONFIG":
+            parser.error(
+                f"environment variable {name}={value}: config files are given with --config, where the "
+                f"command line shows them in their order. Pass `--config {value}` and unset the variable."
             )

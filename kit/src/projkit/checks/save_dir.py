@@ -4,12 +4,19 @@ write: checked before the run directory is made, so a bad name or folder leaves 
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
 from pathlib import Path
 
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 
 from projkit.rundir.naming import class_of, save_dir_of
+
+# Unicode's control, format (U+200B ZERO WIDTH SPACE, U+202E RIGHT-TO-LEFT OVERRIDE), line and
+# paragraph separators, unassigned and private categories: characters a listing does not show.
+INVISIBLE = {"Cc", "Cf", "Cn", "Co", "Zl", "Zp"}
+NAME_MAX = 255  # bytes in one file name, on Linux's file systems and macOS's
 
 
 def check_save_dir(config, parser: LightningArgumentParser) -> None:
@@ -81,9 +88,55 @@ def check_experiment_folder(save_dir: str, folder: Path, parser: LightningArgume
         )
 
 
+def check_callback_paths(config, parser: LightningArgumentParser) -> None:
+    """A callback's file name (``checkpoint.init_args.filename``) must be one plain name, and a folder
+    it is given (``dirpath``) must lie inside ``save_dir``: Lightning writes, and deletes, there."""
+    save_dir = Path(save_dir_of(config, (config.trainer.get("logger") or {}).get("init_args") or {}))
+    listed = config.trainer.get("callbacks") or []
+    listed = listed if isinstance(listed, list) else [listed]
+    specs = [(key, spec) for key, spec in vars(config).items() if key not in ("trainer", "model", "data")]
+    specs += [(f"trainer.callbacks[{i}]", spec) for i, spec in enumerate(listed)]
+    for key, spec in specs:
+        init_args = spec.get("init_args") if hasattr(spec, "get") else None
+        if not hasattr(init_args, "get"):
+            continue
+        name = init_args.get("filename")
+        # A template's {fields} are the metric's values ({val/loss:.4f} names a metric, not a folder).
+        if isinstance(name, str) and (problem := folder_name_problem(re.sub(r"\{[^{}]*\}", "x", name))):
+            parser.error(
+                f"{key}.init_args.filename={name!r}: {problem}, so the checkpoints would not be written in "
+                "the run's folder. Give a plain file name such as 'epoch{epoch:03d}'."
+            )
+        folder = init_args.get("dirpath")
+        if folder and (problem := character_problem(str(folder))):
+            parser.error(f"{key}.init_args.dirpath={str(folder)!r}: {problem}. Leave it unset (the run's).")
+        inside = Path(os.path.expandvars(str(folder))).resolve() if folder else None
+        if inside is not None and "://" not in str(folder) and not inside.is_relative_to(save_dir.resolve()):
+            parser.error(
+                f"{key}.init_args.dirpath={str(folder)!r}: leads to {inside}, outside {save_dir}/, where "
+                "the run's checkpoints belong (and where Lightning deletes the ones it no longer keeps). "
+                "Leave it unset (the run's own folder), or give a folder inside it."
+            )
+
+
+def character_problem(text: str) -> str | None:
+    """A character no name of a run's file may hold, or None."""
+    if hidden := [char for char in text if unicodedata.category(char) in INVISIBLE]:
+        code = f"U+{ord(hidden[0]):04X}"
+        what = unicodedata.name(hidden[0], "a control character")
+        return f"it holds an invisible or control character ({code} {what}), which no listing would show"
+    if any(unicodedata.category(char) == "Cs" for char in text):
+        return "it holds a byte that is not UTF-8, which no config can hold"
+    return None
+
+
 def folder_name_problem(value: object) -> str | None:
     """Why ``value`` is no single folder name, or None when it is one."""
     text = "" if value is None else str(value)
+    if problem := character_problem(text):
+        return problem
+    if (size := len(text.encode("utf-8"))) > NAME_MAX:
+        return f"it is {size} bytes long, more than a file name may be ({NAME_MAX})"
     if text.strip() in ("", "."):
         return "an empty name puts the runs of every experiment in one folder"
     if os.path.isabs(text) or text.startswith("~"):

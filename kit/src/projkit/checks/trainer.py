@@ -19,6 +19,7 @@ INTEGERS = {
 def check_trainer(trainer, parser: LightningArgumentParser, subcommand: str) -> None:
     """The Trainer's counts and limits, the length of the run, and the devices it asks for."""
     check_counts(trainer, parser)
+    check_loggers(trainer, parser)
     check_length(trainer, parser, subcommand)
     check_devices(trainer, parser)
 
@@ -35,11 +36,25 @@ def check_counts(trainer, parser: LightningArgumentParser) -> None:
             f"trainer.val_check_interval={interval}: must be a positive count of batches or fraction."
         )
     clip = trainer.get("gradient_clip_val")
-    if clip is not None and clip <= 0:
+    if clip is not None and clip < 0:  # 0, as null, turns clipping off (Lightning clips above 0 only)
         parser.error(
-            f"trainer.gradient_clip_val={clip}: must be positive (a negative norm would flip the "
+            f"trainer.gradient_clip_val={clip}: must be 0 or more (a negative norm would flip the "
             "gradients' sign). Use a value such as 1.0, or null to turn clipping off."
         )
+
+
+def check_loggers(trainer, parser: LightningArgumentParser) -> None:
+    """A CSV logger's flush interval, which Lightning divides by at the first logged row."""
+    loggers = trainer.get("logger")
+    for index, logger in enumerate(loggers if isinstance(loggers, list) else [loggers]):
+        init_args = logger.get("init_args") if hasattr(logger, "get") else None
+        flush = init_args.get("flush_logs_every_n_steps") if hasattr(init_args, "get") else None
+        if isinstance(flush, int) and flush < 1:
+            key = "trainer.logger" + (f"[{index}]" if isinstance(loggers, list) else "")
+            parser.error(
+                f"{key}.init_args.flush_logs_every_n_steps={flush}: must be a positive number of steps "
+                "(the logger writes its rows every that many steps). Use 1 to write at every step."
+            )
 
 
 def check_length(trainer, parser: LightningArgumentParser, subcommand: str) -> None:

@@ -24,7 +24,9 @@ def predict_files(folder: Path) -> list[Path]:
             f"data.predict_path: no folder at '{folder}'. Check the path, or {fix} "
             "(PNG, JPEG, …), or leave it unset to predict on the test split."
         )
-    paths = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    # Everything but subfolders and hidden names: a FIFO, a device or a broken link is named as such
+    # by ``image_problem`` rather than skipped without a word.
+    paths = sorted(p for p in folder.iterdir() if not p.is_dir() and not p.name.startswith("."))
     if not paths:
         raise ConfigError(
             f"data.predict_path: '{folder}' holds no files (subfolders are not searched). Put the "

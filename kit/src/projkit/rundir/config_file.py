@@ -16,6 +16,7 @@ from projkit.context import current
 from projkit.logger_media import upload_config, upload_config_to_mlflow
 from projkit.rundir.atomic import write_atomic
 from projkit.rundir.naming import run_directory
+from projkit.strict_yaml import load
 
 # What a resume sets itself: the checkpoint, and the logger's way back into the run. The model is
 # the checkpoint's (``ckpt_path.ignored_model_settings`` names the flags it overrides).
@@ -105,8 +106,8 @@ def settings_in_effect(path: Path, step: int) -> tuple[Path, dict | str]:
     if not in_effect.exists():
         return in_effect, f"{path.name} is missing, so the settings before step {step} are unknown"
     try:
-        saved = yaml.safe_load(in_effect.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        saved = load(in_effect.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as error:
         return in_effect, f"{in_effect.name} cannot be read ({type(error).__name__})"
     if not isinstance(saved, dict):
         what = "empty" if saved is None else type(saved).__name__

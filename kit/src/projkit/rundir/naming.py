@@ -13,6 +13,8 @@ import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
 
+from projkit.strict_yaml import load
+
 
 def run_directory(trainer: Trainer) -> str:
     """``<save_dir>/<name>/<version>`` of the first logger: the folder ``ModelCheckpoint`` also
@@ -96,8 +98,8 @@ def same_experiment(run: Path, config) -> bool:
         return config["model"]["class_path"], net, config["data"]["class_path"]
 
     try:
-        return identity(yaml.safe_load((run / "config.yaml").read_text())) == identity(config.as_dict())
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return identity(load((run / "config.yaml").read_text(encoding="utf-8"))) == identity(config.as_dict())
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return False
 
 

@@ -28,14 +28,15 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
 import optuna
 
 from projkit import preloaded
 from projkit.context import current
-from projkit.sweep.config import SweepConfigError, build_pruner, load_sweep, suggest, trial_args
+from projkit.sweep.config import Sweep, SweepConfigError, build_pruner, load_sweep, suggest, trial_args
 from projkit.sweep.results import write_results, writes_results
-from projkit.sweep.storage import default_storage, shown_url, storage_for
+from projkit.sweep.storage import default_storage, from_storage, shown_url, storage_for, storage_refused
 from projkit.sweep.trials import run_worker
 from projkit.sweep.workers import HOST, cpu_cores, trial_threads, workers_here
 
@@ -69,24 +70,41 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
     parser = argparse.ArgumentParser(prog=f"{current().command} sweep", description=DESCRIPTION)
     parser = add_arguments(parser)
     args = parser.parse_args(argv)
+    storage_url = args.storage
     try:
         sweep = load_sweep(args.config)
         if args.n_trials is not None and args.n_trials < 1:
             raise SweepConfigError(f"--n_trials {args.n_trials}: give a positive number of trials")
         preloaded.start_server()
-        sweep.folder.mkdir(parents=True, exist_ok=True)
+        if args.storage is None:
+            sweep.folder.mkdir(parents=True, exist_ok=True)
         storage_url = args.storage or default_storage(sweep)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # this module prints one line per trial
         started = time.monotonic()
         shown = shown_url(storage_url)
         print(f"Sweep '{sweep.name}': study in {shown}, trials under {sweep.folder}/", flush=True)
         study = run_worker(sweep, storage_url, args.n_trials or sweep.n_trials)
+        finish(study, sweep, started)
     except SweepConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse(error)
     except KeyboardInterrupt:
         print("Interrupted: the running trial is marked failed. Start the same command again to continue.")
         raise SystemExit(130) from None
+    except Exception as error:
+        # Every error of the study's database, whichever call met it, ends here in one line.
+        if storage_url is None or not from_storage(error):
+            raise
+        refuse(storage_refused(storage_url, error))
+    return study
+
+
+def refuse(error: SweepConfigError) -> NoReturn:
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def finish(study: optuna.Study, sweep: Sweep, started: float) -> None:
+    """The results, written by the worker that finished the sweep's last trial."""
     if writes_results(study):
         write_results(study, sweep, started)
     else:
@@ -94,7 +112,6 @@ def main(argv: Sequence[str] | None = None) -> optuna.Study:
             f"Sweep '{sweep.name}': this worker is done ({time.monotonic() - started:.0f} s); the worker "
             "that finishes the last trial writes trials.csv and the plots."
         )
-    return study
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -12,10 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-import yaml
 from jsonargparse import ArgumentError, ArgumentParser, Namespace
 from jsonargparse.typing import NotEmptyStr, PositiveInt, restricted_string_type
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from projkit import strict_yaml
 
 SWEEPS_ROOT = Path("runs") / "sweeps"
 
@@ -70,7 +72,12 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepConfigError(
             f"{path}: no such file. Pass the sweep config, e.g. configs/sweeps/digits_optuna.yaml"
         )
-    spec = yaml.safe_load(path.read_text()) or {}
+    try:
+        spec = strict_yaml.read(path) or {}
+    except strict_yaml.YAMLFileError as error:
+        raise SweepConfigError(f"{path}: {error}") from None
+    except OSError as error:
+        raise SweepConfigError(f"{path}: cannot be read ({error.strerror}). Check its permissions.") from None
     if not isinstance(spec, dict):
         raise SweepConfigError(f"{path}: a sweep config is a mapping of fields (configs, space, metric, ...)")
     if "method" in spec or "command" in spec:
@@ -161,6 +168,12 @@ def distribution(field: str, spec: Any, fail) -> BaseDistribution:
     settings = {name: value for name, value in spec.items() if name != "type"}
     if text := [f"`{bound}`" for bound in ("low", "high") if isinstance(settings.get(bound), str)]:
         raise fail(field, f"{' and '.join(text)} must be numbers (YAML reads 1e-4 as text: write 1.0e-4)")
+    numbers = [(name, settings.get(name)) for name in ("low", "high", "step")]
+    if kind == "categorical":
+        numbers += [(f"choices[{i}]", choice) for i, choice in enumerate(settings.get("choices") or ())]
+    for name, value in numbers:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise fail(field, f"`{name}` must be a finite number, got {value}. Give a finite value")
     cls = DISTRIBUTIONS[kind]
     try:
         with warnings.catch_warnings():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import distribution_to_json
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine, make_url
@@ -22,6 +23,12 @@ HEARTBEAT_INTERVAL_S = 20
 
 
 GRACE_PERIOD_S = 90
+
+# The packages of a study's database layer: an error raised with one of them on its way up came
+# from the storage, whatever its type (a driver's TypeError, a missing driver's ImportError).
+STORAGE_PACKAGES = ("sqlalchemy", "alembic", "sqlite3", "psycopg", "MySQLdb", "pymysql", "optuna.storages")
+# The package to install for a driver SQLAlchemy could not import, where the names differ.
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]"}
 
 
 def storage_for(url: str) -> optuna.storages.RDBStorage:
@@ -62,8 +69,11 @@ def check_sqlite_file(url: str) -> None:
     """An SQLite study file must be one SQLite can open: in an existing folder, and an SQLite
     database (or empty) where it exists. Said at once, rather than after the retries."""
     name = make_url(url).database
-    if not name or name == ":memory:":
-        return
+    if not name or name == ":memory:" or "mode=memory" in url:
+        raise SweepConfigError(
+            f"--storage {url}: an SQLite database in memory lives in this worker alone, and the trials "
+            "run in processes of their own. Give a file, e.g. sqlite:///runs/sweeps/study.db"
+        )
     path = Path(name)
     if not path.parent.is_dir():
         raise SweepConfigError(
@@ -101,14 +111,50 @@ def shown_url(url: str) -> str:
         ) from None
 
 
-def storage_refused(url: str, error: Exception) -> SweepConfigError:
-    """The refusal of a study database that cannot be opened: the URL (without its password) and why."""
+def from_storage(error: BaseException) -> bool:
+    """Whether ``error`` came from the study's database: one of SQLAlchemy's or Optuna's storage
+    errors, or any error raised with the database layer on its way up."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    if isinstance(error, (SQLAlchemyError, optuna.exceptions.StorageInternalError)):
+        return True
+    frame = error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_globals.get("__name__", "").startswith(STORAGE_PACKAGES):
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def causes(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from (Optuna re-raises a driver's ImportError as its own)."""
+    chain = [error]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and cause not in chain:
+        chain.append(cause)
+    return chain
+
+
+def storage_refused(url: str, error: BaseException) -> SweepConfigError:
+    """The one line for an error of the study's database, when opening it or later in the sweep: the
+    URL (without its password), what failed, and the fix where it is known."""
     shown = shown_url(url)
-    reason = str(getattr(error, "orig", None) or error).splitlines()[0]
-    return SweepConfigError(
-        f"--storage {shown}: cannot open the study's database ({reason}). Give an SQLAlchemy URL that "
-        "works here, e.g. sqlite:///runs/sweeps/study.db or postgresql://user@host/db."
+    if missing := next((e.name for e in causes(error) if isinstance(e, ImportError) and e.name), None):
+        package = DRIVER_PACKAGES.get(missing, missing)
+        return SweepConfigError(
+            f"--storage {shown}: its database driver, the Python package '{missing}', is not "
+            f"installed. Install it (`uv add {package}`), or name an installed driver in the URL "
+            "(e.g. postgresql+psycopg://)."
+        )
+    reason = str(getattr(error, "orig", None) or error).splitlines()[0] if str(error) else ""
+    fix = (
+        "A PostgreSQL database made as SQL_ASCII (initdb in a shell without LANG) holds text the "
+        "driver cannot read: make it UTF-8 (`createdb -E UTF8 -T template0 <name>`)."
+        if isinstance(error, TypeError) and "bytes-like" in reason and url.startswith("postgres")
+        else "Give an SQLAlchemy URL that works here, e.g. sqlite:///runs/sweeps/study.db or "
+        "postgresql://user@host/db."
     )
+    kind = type(getattr(error, "orig", None) or error).__name__
+    return SweepConfigError(f"--storage {shown}: the study's database failed ({kind}: {reason}). {fix}")
 
 
 def lock_at_begin(engine: Engine) -> None:
@@ -141,13 +187,16 @@ def open_study(sweep: Sweep, storage: optuna.storages.RDBStorage) -> optuna.Stud
     """Create the study, or join it. The worker that creates it samples with the configured seed, so
     a sweep of one worker repeats; a worker that joins offsets the seed by its process id."""
     try:
-        return optuna.create_study(
+        study = optuna.create_study(
             storage=storage,
             study_name=sweep.name,
             direction=sweep.direction,
             sampler=build_sampler(sweep),
             pruner=build_pruner(sweep.pruner, str(sweep.path)),
         )
+        study.set_user_attr("metric", sweep.metric)
+        study.set_user_attr("space", space_json(sweep))
+        return study
     except optuna.exceptions.DuplicatedStudyError:
         pass
     study = optuna.load_study(
@@ -161,7 +210,32 @@ def open_study(sweep: Sweep, storage: optuna.storages.RDBStorage) -> optuna.Stud
             f"{sweep.path}: direction: the study '{sweep.name}' in the storage is to "
             f"{study.direction.name.lower()}; use that, or another storage or config name for a new study"
         )
+    check_same_study(study, sweep)
     return study
+
+
+def space_json(sweep: Sweep) -> dict[str, str]:
+    return {key: distribution_to_json(d) for key, d in sweep.space.items()}
+
+
+def check_same_study(study: optuna.Study, sweep: Sweep) -> None:
+    """A study is joined only by a sweep of its metric and search space: two sweep configs of one
+    file name (the study's name) would otherwise mix their trials in one study."""
+    rename = (
+        "Rename one of the sweep configs (the study takes its file name), or give this one another --storage"
+    )
+    metric = study.user_attrs.get("metric")
+    if metric is not None and metric != sweep.metric:
+        raise SweepConfigError(
+            f"{sweep.path}: metric: the study '{sweep.name}' in the storage was made for the metric "
+            f"{metric}, not {sweep.metric}. {rename}."
+        )
+    space, ours = study.user_attrs.get("space"), space_json(sweep)
+    if space is not None and (differs := sorted(k for k in {*space, *ours} if space.get(k) != ours.get(k))):
+        raise SweepConfigError(
+            f"{sweep.path}: space: the study '{sweep.name}' in the storage was made for a search space "
+            f"that differs at {differs[0]}. {rename}."
+        )
 
 
 def fresh(study: optuna.Study, number: int) -> FrozenTrial:

@@ -140,16 +140,18 @@ def describe(trial: FrozenTrial, metric: str) -> str:
 def run_worker(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
     """Run trials until ``n_trials`` of the study have finished (complete or pruned) or are running
     in other workers; registered in ``workers/`` meanwhile, so that the workers here share the cores."""
+    storage = storage_for(storage_url)
+    study = open_study(sweep, storage)  # a storage refused leaves no folder behind
     registration = register_worker(sweep)
     try:
-        return run_trials(sweep, storage_url, n_trials)
+        return run_trials(sweep, storage_url, storage, study, n_trials)
     finally:
         registration.unlink(missing_ok=True)
 
 
-def run_trials(sweep: Sweep, storage_url: str, n_trials: int) -> optuna.Study:
-    storage = storage_for(storage_url)
-    study = open_study(sweep, storage)
+def run_trials(
+    sweep: Sweep, storage_url: str, storage: optuna.storages.RDBStorage, study: optuna.Study, n_trials: int
+) -> optuna.Study:
     objective = objective_for(sweep, storage_url)
     failures = 0
 
