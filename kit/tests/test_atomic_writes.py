@@ -73,7 +73,7 @@ def test_an_export_on_a_full_disk_is_one_line_and_keeps_the_earlier_one(work: Pa
         result = launch.run(EXPORT_LAST, work, {**os.environ, "PROJ_DEBUG": ""}, timeout=300)
         lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
         assert result.returncode == 2, result.stderr[-3000:]
-        assert len(lines) == 1 and f"cannot write '{(work / EXPORT).resolve()}'" in lines[0], lines
+        assert len(lines) == 1 and f"cannot write '{EXPORT}'" in lines[0], lines
         assert "No space left on device" in lines[0]
         assert digests(work / "runs") == before, "the earlier export as it was, nothing left beside"
         assert sorted(p.name for p in (work / RUN / "export").iterdir()) == ["last"]
