@@ -201,20 +201,26 @@ def test_a_broken_jpeg_is_told_to_be_copied_again_not_converted(tmp_path, workdi
     assert not list(workdir.glob("runs/*/*")), "no run directory left behind"
 
 
-@pytest.mark.slow  # a tiny fit, a predict and an export
-def test_the_checkpoint_names_the_folders_classes_for_predict_and_export_without_the_data(workdir):
-    """The class names are the training folders', kept in the checkpoint: once the folders are gone
-    (renamed here), predict's rows and export's model.json still say them."""
-    root = workdir / "shapes"
-    for index in range(24):
-        for label, level in (("bright", 230), ("dark", 25)):
+def two_shapes(root: Path, labels: tuple[str, str], per_class: int) -> tuple[str, ...]:
+    """A folder of two classes of 8x8 PNGs (bright and dark, named ``labels``), and the flags of a
+    one-epoch run of configs/image_folder.yaml on it."""
+    for index in range(per_class):
+        for label, level in zip(labels, (230, 25), strict=True):
             write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
-    common = (
+    return (
         "--config",
         config("image_folder.yaml"),
         *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
         "--trainer.max_epochs=1",
     )
+
+
+@pytest.mark.slow  # a tiny fit, a predict and an export
+def test_the_checkpoint_names_the_folders_classes_for_predict_and_export_without_the_data(workdir):
+    """The class names are the training folders', kept in the checkpoint: once the folders are gone
+    (renamed here), predict's rows and export's model.json still say them."""
+    root = workdir / "shapes"
+    common = two_shapes(root, ("bright", "dark"), per_class=24)
     main(["fit", *common, "--test_after_fit=false"])
     last = workdir / "runs" / "image_folder" / "version_0" / "checkpoints" / "last.ckpt"
     assert list(torch.load(last, weights_only=True)["hyper_parameters"]["classes"]) == ["bright", "dark"]
@@ -240,18 +246,11 @@ def test_class_folders_and_files_whose_names_are_not_utf8_work_end_to_end(workdi
     test, export and a resume all run, each name kept as text with the byte shown as ``\\xe9``."""
     root = workdir / "shapes"
     latin = os.fsdecode(b"caf\xe9")  # the name Python gives the folder: a lone surrogate for the byte
-    for index in range(24):
-        for label, level in ((latin, 230), ("dark", 25)):
-            write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
+    common = two_shapes(root, (latin, "dark"), per_class=24)
     mine = workdir / "mine"
     mine.mkdir()
     shutil.copy(root / latin / "0.png", mine / os.fsdecode(b"\xfe.png"))
-    common = (
-        "--config",
-        config("image_folder.yaml"),
-        *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
-    )
-    main(["fit", *common, "--trainer.max_epochs=1", "--test_after_fit=false"])
+    main(["fit", *common, "--test_after_fit=false"])
     last = workdir / "runs" / "image_folder" / "version_0" / "checkpoints" / "last.ckpt"
     assert list(torch.load(last, weights_only=True)["hyper_parameters"]["classes"]) == ["caf\\xe9", "dark"]
     main(["predict", *common, f"--data.init_args.predict_path={mine}", f"--ckpt_path={last}"])
@@ -271,15 +270,7 @@ def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(wo
     what it prints and writes names no path of this machine. ``bad_files=skip``
     holds for ``predict_path`` too: the bad file is left out with a line, the others predicted."""
     root = workdir / "shapes"
-    for index in range(8):
-        for label, level in (("bright", 230), ("dark", 25)):
-            write_png(root / label / f"{index}.png", np.full((8, 8), level + index % 5))
-    common = (
-        "--config",
-        config("image_folder.yaml"),
-        *args(root, "--data.init_args.image_size=8", "--data.init_args.num_workers=0"),
-        "--trainer.max_epochs=1",
-    )
+    common = two_shapes(root, ("bright", "dark"), per_class=8)
     main(["fit", *common, "--test_after_fit=false"])
     (root / "dark" / "notes.png").write_text("not an image")
     mine = workdir / "mine"
