@@ -214,7 +214,11 @@ def test_the_documented_line_from_a_fresh_shell_trains_a_new_run_beside_a_finish
         "OMP_NUM_THREADS": "1",
         "MASTER_ADDR": "127.0.0.1",
     }
-    short = ("--trainer.max_epochs=2", "--trainer.limit_test_batches=2")
+    short = (
+        "--trainer.limit_train_batches=4",
+        "--trainer.limit_val_batches=2",
+        "--trainer.limit_test_batches=2",
+    )
     for number in (0, 1):
         job_id = fit_job(folder, *short, env=fresh)
         info = wait_until_done(job_id)

@@ -4,7 +4,8 @@ non-square files (whose evaluation resizes the shorter side and crops the centre
 so, and the examples read it from there alone). classify_image.py runs in a virtual environment of
 its own that holds only what it imports (numpy, Pillow, onnxruntime), never the template;
 predict_pt2.py, which needs torch (gigabytes with its CUDA libraries), in this environment, in a
-process that imports neither the template nor Lightning."""
+process that imports neither the template nor Lightning. The same export served (``python -m proj
+serve``, asked over real HTTP on 127.0.0.1) answers as ``predict`` does on the same files too."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 from packaging.requirements import Requirement
 from PIL import Image
 from projkit.callbacks import PredictionFileWriter
+from projkit.testing import ServedExport
 
 from conftest import ROOT, TINY_FIT, config, write_png
 from proj import main
@@ -130,6 +132,18 @@ def assert_examples_agree(python: Path, export: Path, files: list[Path], rows: d
         assert float(pt2_probability) == pytest.approx(probability, abs=1e-4), file.name
 
 
+def assert_served_agrees(export: Path, files: list[Path], rows: dict) -> None:
+    """The export behind ``python -m proj serve``: each file posted as it is gets ``predict``'s class,
+    and its probability within 1e-4."""
+    with ServedExport(str(export)) as server:
+        for file in files:
+            status, answer = server.post(file.read_bytes(), "image/png")
+            assert status == 200, (file.name, answer)
+            name, probability = rows[file.name]
+            assert answer["class"] == name, (file.name, answer, rows[file.name])
+            assert answer["probability"] == pytest.approx(probability, abs=1e-4), file.name
+
+
 def test_the_environment_holds_no_template(deploy_python):
     said = subprocess.run(
         [
@@ -147,7 +161,7 @@ def test_the_environment_holds_no_template(deploy_python):
 
 
 @pytest.mark.slow
-def test_digits_examples_agree_with_predict_on_every_file(deploy_python, workdir):
+def test_digits_examples_and_server_agree_with_predict_on_every_file(deploy_python, workdir):
     rng = np.random.default_rng(0)
     files = []
     for index, (width, height) in enumerate([(8, 8), (32, 32), (24, 16), (9, 30), (5, 5)]):
@@ -155,11 +169,13 @@ def test_digits_examples_agree_with_predict_on_every_file(deploy_python, workdir
         write_png(files[-1], rng.integers(0, 256, (height, width)))
     args = ("--config", config("digits.yaml"))
     ckpt, export = fitted_export(args)
-    assert_examples_agree(deploy_python, export, files, predicted(args, ckpt, workdir / "mine"), workdir)
+    rows = predicted(args, ckpt, workdir / "mine")
+    assert_examples_agree(deploy_python, export, files, rows, workdir)
+    assert_served_agrees(export, files, rows)
 
 
 @pytest.mark.slow
-def test_image_folder_examples_agree_with_predict_on_non_square_files(deploy_python, workdir):
+def test_image_folder_examples_and_server_agree_with_predict_on_non_square_files(deploy_python, workdir):
     root = workdir / "shapes"
     for index in range(12):
         for label, level in (("bright", 200), ("dark", 40)):
@@ -184,4 +200,6 @@ def test_image_folder_examples_agree_with_predict_on_non_square_files(deploy_pyt
     ckpt, export = fitted_export(args)
     described = json.loads((export / "model.json").read_text())["preprocessing"]
     assert described["resize"]["shorter_side"] > described["crop"][0] == 12, described
-    assert_examples_agree(deploy_python, export, files, predicted(args, ckpt, workdir / "mine"), workdir)
+    rows = predicted(args, ckpt, workdir / "mine")
+    assert_examples_agree(deploy_python, export, files, rows, workdir)
+    assert_served_agrees(export, files, rows)
