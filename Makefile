@@ -60,10 +60,13 @@ cluster-stop: ## stop what `make cluster` started
 	scripts/cluster.sh stop
 
 # A test that passes only in one order, or at one thread count, fails here. pytest-randomly prints
-# the seed it shuffled with; `make test-shuffled SEED=N` repeats that order.
+# the seed it shuffled with; `make test-shuffled SEED=N` repeats that order; SUITES=kit/tests shuffles
+# the kit's alone.
+SUITES ?= tests kit/tests
 test-shuffled: install ## the fast tests of both suites again at 2 threads a process, in a random order
-	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED))
-	OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) kit/tests
+	for suite in $(SUITES); do \
+	  OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) $$suite || exit 1; \
+	done
 
 # The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, checkpoint state, kill
 # times, sweep files, names, ...; test_preprocessing.py: preprocessing specs and files; test_serve.py: a
