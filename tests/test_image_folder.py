@@ -266,9 +266,10 @@ def test_class_folders_and_files_whose_names_are_not_utf8_work_end_to_end(workdi
 
 @pytest.mark.slow  # a tiny fit, a predict and two exports
 def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(workdir, capsys):
-    """Export reads the checkpoint, not the training files: a bad file there does not stop it, and
-    what it prints and writes names no path of this machine. ``bad_files=skip``
-    holds for ``predict_path`` too: the bad file is left out with a line, the others predicted."""
+    """Export reads the checkpoint, not the training files: a bad file there does not stop it, nor
+    the training folder's deletion, and what it prints and writes names no path of this machine.
+    ``bad_files=skip`` holds for ``predict_path`` too: the bad file is left out with a line, the
+    others predicted, also once the training folder is gone."""
     root = workdir / "shapes"
     common = two_shapes(root, ("bright", "dark"), per_class=8)
     main(["fit", *common, "--test_after_fit=false"])
@@ -281,8 +282,9 @@ def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(wo
     left_out = r"data\.predict_path: left out 1 unreadable file\(s\) .*broken\.png"
     with pytest.warns(UserWarning, match=left_out):
         main(["predict", *common, *skip])
-    with open(workdir / "runs" / "image_folder" / "version_0" / "predictions.csv", newline="") as f:
-        assert [row["file"] for row in csv.DictReader(f)] == ["a.png", "b.png"]
+    predictions = workdir / "runs" / "image_folder" / "version_0" / "predictions.csv"
+    predicted = predictions.read_text()
+    assert [row["file"] for row in csv.DictReader(predicted.splitlines())] == ["a.png", "b.png"]
     capsys.readouterr()
     main(["export", *common, "--ckpt_path=last", "--formats=onnx"])
     printed = capsys.readouterr().out
@@ -290,3 +292,11 @@ def test_export_reads_no_training_files_and_predict_skips_bad_files_when_told(wo
     described = workdir / "runs" / "image_folder" / "version_0" / "export" / "last" / "model.json"
     assert str(workdir) not in printed + described.read_text()
     assert json.loads(described.read_text())["classes"] == ["bright", "dark"]
+    shutil.rmtree(root)
+    described.unlink()
+    main(["export", *common, "--ckpt_path=last", "--formats=onnx"])
+    assert json.loads(described.read_text())["classes"] == ["bright", "dark"]
+    predictions.unlink()
+    with pytest.warns(UserWarning, match=left_out):
+        main(["predict", *common, *skip])
+    assert predictions.read_text() == predicted

@@ -46,7 +46,7 @@ from projkit.checks.model import check_monitors
 from projkit.checks.save_dir import check_callback_paths, check_run_names, check_save_dir
 from projkit.checks.trainer import check_trainer
 from projkit.context import current
-from projkit.data.names import printable_names
+from projkit.data.facts import NET, link_data_facts, use_checkpoint_facts
 from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
 from projkit.outcome import (
@@ -167,6 +167,9 @@ class ProjectCLI(LightningCLI):
             if loading is None:
                 raise
             raise refused_pickle(f"checkpoint '{loading}'", error) from None
+        finally:
+            if run:  # the checkpoint's facts are this command's (with run=False: until the next one)
+                use_checkpoint_facts(None)
 
     def subcommands(self) -> dict[str, set[str]]:
         """Only the subcommand the command line starts with, when it starts with one: building a
@@ -209,23 +212,9 @@ class ProjectCLI(LightningCLI):
         untrained = "Let `validate`, `test` and `predict` run without --ckpt_path, on the weights the "
         untrained += "model is built with (untrained unless model.init_from loads some)."
         parser.add_argument("--allow_untrained", type=bool, default=False, help=untrained)
-        # The data module's facts, into the model and its network. A link whose source the chosen data
-        # module lacks, or whose target the chosen model lacks, is skipped: image and text share them.
-        net = "model.init_args.net.init_args"
-        for fact, target in [
-            ("num_classes", "model.init_args.num_classes"),
-            ("num_classes", f"{net}.num_classes"),
-            ("classes", "model.init_args.classes"),
-            ("input_shape", f"{net}.input_shape"),
-            ("vocab", "model.init_args.vocab"),
-            ("vocab_size", f"{net}.vocab_size"),
-        ]:
-            # Folder names may hold bytes that are not UTF-8: the model, its config and checkpoints
-            # take them as text that YAML reads back.
-            named = {"compute_fn": printable_names} if fact == "classes" else {}
-            parser.link_arguments(f"data.{fact}", target, apply_on="instantiate", **named)
+        link_data_facts(parser)
         # The context length is stated once, on the network; the data module cuts windows to match.
-        parser.link_arguments(f"{net}.block_size", "data.init_args.block_size", apply_on="parse")
+        parser.link_arguments(f"{NET}.block_size", "data.init_args.block_size", apply_on="parse")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
@@ -265,6 +254,7 @@ class ProjectCLI(LightningCLI):
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")
+        use_checkpoint_facts(self.checkpoint)
         # What the configs and flags say of the model, before Lightning replaces it by the
         # checkpoint's hyperparameters.
         self.given_model = config.model.clone() if self.checkpoint is not None else None

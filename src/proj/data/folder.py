@@ -12,6 +12,7 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from PIL import Image
 from projkit.data import checks
+from projkit.data.facts import file_fact
 from projkit.data.image_files import image_files, image_problem, image_problems, predict_files, refused_images
 from projkit.data.loaders import SplitLoaders
 from projkit.deploy import Preprocessing
@@ -161,7 +162,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         """Whether ``root`` holds ``train/`` (and maybe ``val/``, ``test/``) rather than the classes."""
         return (self.root / "train").is_dir()
 
-    @property
+    @file_fact
     def classes(self) -> tuple[str, ...]:
         if self._classes is None:
             self._classes = self.find_classes()
