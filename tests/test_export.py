@@ -36,7 +36,7 @@ TINY_GPT = tuple(
     f"--model.init_args.net.init_args.{k}={v}"
     for k, v in {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}.items()
 )
-# TINY_FIT's two batches, untested. (`limit_train_batches=1` would read as 1.0: the whole epoch.)
+# TINY_FIT's two batches, untested.
 UNTESTED = ("--test_after_fit=false",)
 BATCH_SIZES = (1, 7)
 

@@ -502,7 +502,7 @@ CASES: list[Case] = [
         "trainer",
         "negative clip",
         classify("fit", "--trainer.gradient_clip_val=-1"),
-        ("must be 0 or more (a negative norm", "trainer.gradient_clip_val=-1.0"),
+        ("must be 0 or more (a negative norm", "trainer.gradient_clip_val=-1"),
     ),
     Case(
         "trainer",
@@ -919,7 +919,7 @@ CASES: list[Case] = [
         "runs",
         "a checkpoint file name that leads out",
         classify("fit", "--checkpoint.init_args.filename=../../x"),
-        ("so the checkpoints would not be written in the run's folder", "filename='../../x'"),
+        ("filename='../../x': '..' leads out of the runs folder", "The checkpoints are written in the run's"),
     ),
     Case(
         "runs",

@@ -176,3 +176,13 @@ def test_metrics_are_printed_to_four_digits_and_a_perfect_accuracy_as_one(workdi
     assert set(values) == {"test/acc", "test/loss"}, said
     assert values["test/acc"] == "1.000", said
     assert all(f"{float(value):#.4g}" == value for value in values.values()), said  # no more digits
+
+
+def test_a_batch_limit_of_1_is_one_batch_and_1_0_the_whole_set(workdir):
+    """Lightning reads an int limit as a number of batches and a float as a fraction; its annotation
+    lists float first, which made `--trainer.limit_train_batches=1` a whole epoch."""
+    one = ("--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1", "--trainer.max_epochs=2")
+    trainer = fit("classify.yaml", extra=(*one, "--test_after_fit=false")).trainer
+    assert (trainer.global_step, trainer.num_val_batches) == (2, [1])
+    whole = main(["--config", config("classify.yaml"), "--trainer.limit_train_batches=1.0"], run=False)
+    assert whole.trainer.limit_train_batches == 1.0 and isinstance(whole.trainer.limit_train_batches, float)

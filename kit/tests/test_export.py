@@ -29,7 +29,7 @@ from tinyproj.models import Classifier, LanguageModel
 CLASSIFY = ("--config", config("classify.yaml"))
 LM = ("--config", config("lm.yaml"))
 BLOCK_SIZE = 16  # lm.yaml's
-# TINY_FIT's two batches, untested. (`limit_train_batches=1` would read as 1.0: the whole epoch.)
+# TINY_FIT's two batches, untested.
 UNTESTED = ("--test_after_fit=false",)
 BATCH_SIZES = (1, 7)
 

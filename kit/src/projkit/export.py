@@ -53,7 +53,41 @@ Runner = Callable[[torch.Tensor], torch.Tensor]
 class ExportingTrainer(Trainer):
     """Lightning's ``Trainer`` with one more command: LightningCLI's subcommands are Trainer methods,
     so ``export`` gets its parser (``--ckpt_path``, ``--formats``) and ``--help`` entry as the
-    others do."""
+    others do.
+
+    The batch limits are Lightning's own arguments, declared here with ``int`` before ``float``:
+    Lightning's annotation lists ``float`` first, so the command line read ``=1`` as 1.0, the whole
+    epoch, where Lightning's docs (and the user) mean one batch."""
+
+    def __init__(
+        self,
+        *,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        """Lightning's ``Trainer``, its other arguments as it documents them.
+
+        Args:
+            limit_train_batches: how much of the training set an epoch takes: an int is a number
+                of batches, a float a fraction (``1`` is one batch, ``1.0`` all of them).
+            limit_val_batches: likewise for each validation.
+            limit_test_batches: likewise for ``test``.
+            limit_predict_batches: likewise for ``predict``.
+            overfit_batches: train and validate on this many training batches (an int) or this
+                fraction of them (a float), to check that the model can fit them.
+        """
+        super().__init__(
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            overfit_batches=overfit_batches,
+            **kwargs,
+        )
 
     def export(
         self,

@@ -65,8 +65,8 @@ def check_run_names(config, parser: LightningArgumentParser, config_files: list[
             source = f" (the file name of --config {config_files[0]})" if from_file else ""
             fix = "Rename the file, or set --trainer.logger.init_args.name" if from_file else f"Set {key}"
             parser.error(
-                f"{key}={value!r}{source}: {problem}, so the run would not write under "
-                f"{save_dir}/ alone. {fix} to a plain folder name such as 'digits_small'."
+                f"{key}={value!r}{source}: {problem}. {fix} to a plain folder name such as "
+                f"'digits_small' (the runs are written under {save_dir}/<name>/)."
             )
         if "://" not in str(save_dir):
             check_experiment_folder(save_dir, Path(save_dir) / str(init_args.get(experiment)), parser)
@@ -104,8 +104,8 @@ def check_callback_paths(config, parser: LightningArgumentParser) -> None:
         # A template's {fields} are the metric's values ({val/loss:.4f} names a metric, not a folder).
         if isinstance(name, str) and (problem := folder_name_problem(re.sub(r"\{[^{}]*\}", "x", name))):
             parser.error(
-                f"{key}.init_args.filename={name!r}: {problem}, so the checkpoints would not be written in "
-                "the run's folder. Give a plain file name such as 'epoch{epoch:03d}'."
+                f"{key}.init_args.filename={name!r}: {problem}. The checkpoints are written in the run's "
+                "folder: give a plain file name such as 'epoch{epoch:03d}'."
             )
         folder = init_args.get("dirpath")
         if folder and (problem := character_problem(str(folder))):
