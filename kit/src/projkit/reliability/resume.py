@@ -11,6 +11,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_warn
 
+from projkit.reliability.loop_state import at_validation_start, recount, validation_follows
 from projkit.rundir.metrics import has_row, rewrite_rows, rows_before, without_repeats
 
 
@@ -27,7 +28,9 @@ class ExactResume(Callback):
     and logs the later ones again; of the rows at that very step it keeps one copy each. A
     checkpoint saved before Lightning logs the row of its step or of its epoch's end (a step
     checkpoint, ``last.ckpt`` at an epoch's end) holds that row, and a resume writes it if the killed
-    run had not: the resume starts after it, and would never log it.
+    run had not: the resume starts after it, and would never log it. A checkpoint saved at a batch
+    that a validation follows (a step checkpoint at an epoch's last batch) resumes by running that
+    validation and the epoch's end (``loop_state``): their rows, and the epoch's, are not lost.
     """
 
     def __init__(self) -> None:
@@ -39,6 +42,8 @@ class ExactResume(Callback):
         # Called on every rank while the checkpoint is assembled, so the collective gather is safe.
         checkpoint["rng_states"] = gather(trainer, rng_states())
         checkpoint["pending_row"] = pending_row(trainer)
+        if validation_follows(trainer):
+            at_validation_start(checkpoint["loops"])
         for logger in trainer.loggers:
             logger.save()
         self._drop_repeats(trainer)
@@ -66,6 +71,9 @@ class ExactResume(Callback):
         # Only once training resumes: a resume that fails to start keeps every row.
         if self._resumed_at is not None and self._writes_csv(trainer):
             rewrite_rows(trainer.logger, rows_before(self._resumed_at))
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        recount(trainer)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._writes_csv(trainer):
