@@ -172,3 +172,28 @@ class KillAtEvent(Checkpoint):
                 Path(self.count_to).write_text(str(self.seen))
 
         return call
+
+
+class KillInHparamsWrite(Callback):
+    """Gives the run's logged hyperparameters a value that SIGKILLs the process as Lightning writes
+    ``hparams.yaml``: a kill in the middle of that write."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        pl_module._hparams_initial["killer"] = KillOnSecondDump()
+
+
+class KillOnSecondDump:
+    """SIGKILLs its process the second time YAML represents it: Lightning's ``save_hparams_to_yaml``
+    tries each value on its own, then opens the file (emptying it) and writes them all."""
+
+    def __init__(self) -> None:
+        self.dumps = 0
+
+    def __deepcopy__(self, memo: dict) -> KillOnSecondDump:
+        return self
+
+    def __reduce_ex__(self, protocol: int):
+        self.dumps += 1
+        if self.dumps == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (KillOnSecondDump, ())
