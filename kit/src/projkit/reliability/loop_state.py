@@ -1,5 +1,6 @@
 """The loop state a checkpoint saved in a training batch's end hooks gives Lightning, so that a resume
-runs the validation that follows that batch, and the epoch's end when it was the epoch's last.
+runs what follows that batch in a run never stopped: the validation after it, and the epoch's end
+after an epoch's last batch.
 
 Lightning resumes a checkpoint saved in ``on_train_batch_end`` (a step checkpoint) after that batch,
 as if the validation and the epoch's end that follow it had run: their rows, the epoch's train
@@ -7,6 +8,11 @@ metrics and the callbacks that act on them (a best checkpoint, early stopping) a
 checkpoint saved in a validation's first batch (``RESTARTED_MID_EVALUATION``) by running that
 validation, then the rest of the epoch or its end. A step checkpoint that a validation follows is
 saved in that state: it is the state the loops reach a moment later, with no weight changed between.
+
+At an epoch's last batch with no validation after it, no state of Lightning's runs the epoch's end
+alone. Such a checkpoint is marked (``epoch_end_follows``); ``ExactResume`` resumes it as the batch
+complete, its epoch loop done at once, so that the epoch's end runs. A resume without ``ExactResume``
+reads the state Lightning saved.
 """
 
 from __future__ import annotations
@@ -16,23 +22,30 @@ from typing import Any
 from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
+EPOCH_END_FOLLOWS = "epoch_end_follows"
 
-def validation_follows(trainer: Trainer) -> bool:
-    """Whether a checkpoint saved now comes in a training batch's end hooks (the batch not yet
-    counted complete) with a validation to run after that batch, one that a resume would run too: not
-    one due to a stop request or to the clock, which a checkpoint does not hold."""
+
+def after_batch(trainer: Trainer) -> str | None:
+    """What follows the training batch in whose end hooks a checkpoint is saved now: a
+    ``"validation"`` that a resume would run too (not one due to a stop request or to the clock,
+    which a checkpoint does not hold), the ``"epoch_end"`` alone, or None (another batch, or the
+    checkpoint is not saved in a batch's end hooks)."""
     loop = trainer.fit_loop.epoch_loop
     batch = loop.batch_progress.current
-    return (
-        trainer.state.fn == TrainerFn.FITTING
-        and not trainer.sanity_checking
-        and not trainer.should_stop
-        and getattr(trainer, "_val_check_time_interval", None) is None
-        and batch.processed > batch.completed
-        and trainer.fit_loop._data_fetcher is not None
-        and not loop._skip_next_val
-        and loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
-    )
+    fetcher = trainer.fit_loop._data_fetcher
+    if (
+        trainer.state.fn != TrainerFn.FITTING
+        or trainer.sanity_checking
+        or batch.processed <= batch.completed
+        or fetcher is None
+        or loop._skip_next_val
+        or loop._should_accumulate()
+    ):
+        return None
+    if not loop._should_check_val_fx(fetcher):
+        return "epoch_end" if loop._num_ready_batches_reached() else None
+    time_based = getattr(trainer, "_val_check_time_interval", None) is not None
+    return None if trainer.should_stop or time_based else "validation"
 
 
 def at_validation_start(loops: dict[str, Any]) -> None:
@@ -59,3 +72,38 @@ def recount(trainer: Trainer) -> None:
     total = trainer.fit_loop.epoch_loop.val_loop.batch_progress.total
     if total.ready > total.completed:
         total.ready = total.started = total.processed = total.completed
+
+
+def at_epoch_end(checkpoint: dict[str, Any]) -> bool:
+    """Edits a checkpoint marked ``epoch_end_follows`` in place: its epoch's last batch complete
+    and counted as stepped, as after the batch's last hooks. Whether it did: only a checkpoint of
+    that shape is edited (a checkpoint is untrusted)."""
+    try:
+        fit = checkpoint["loops"]["fit_loop"]
+        batches = fit["epoch_loop.batch_progress"]
+        counters = fit["epoch_loop.state_dict"]
+        parts = [batches["total"], batches["current"]]
+        ok = checkpoint.get(EPOCH_END_FOLLOWS) is True and all(
+            type(p["processed"]) is int and p["processed"] == p["completed"] + 1 for p in parts
+        )
+        ok = ok and batches["is_last_batch"] is True and type(counters["_batches_that_stepped"]) is int
+    except (KeyError, TypeError):
+        return False
+    if not ok:
+        return False
+    for part in parts:
+        part["completed"] = part["processed"]
+    counters["_batches_that_stepped"] += 1
+    return True
+
+
+def end_epoch_at_once(trainer: Trainer) -> None:
+    """At the resumed run's training start: its epoch loop, whose batches are all complete, is done
+    without looking for a validation (it would begin the next batch instead)."""
+    trainer.fit_loop.epoch_loop.val_loop._has_run = True
+
+
+def epoch_ended(trainer: Trainer) -> None:
+    """At that epoch's end: the epoch loop is done restarting, as after an iteration, so the next
+    epoch starts afresh."""
+    trainer.fit_loop.epoch_loop.on_iteration_done()
