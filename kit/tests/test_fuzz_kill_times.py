@@ -2,9 +2,9 @@
 run (any batch start or end, validation, epoch start or end, checkpoint save, the end; after the
 run's own checkpoint callbacks), the run resumed with `--ckpt_path auto`, and its final weights and
 every row of metrics.csv compared with a run never killed. Seeded (``PROJ_KILL_SEED``, printed, else
-drawn); the kit's suite kills a few times, ``make fuzz`` (``PROJ_FUZZ_EXAMPLES``) many more. One
-kill is chosen: right after a step checkpoint at an epoch's last batch, whose resume had to run that
-epoch's validation and end again."""
+drawn); the kit's suite kills a few times, ``make fuzz`` (``PROJ_FUZZ_EXAMPLES``) many more. Two
+kills are chosen: right after a step checkpoint at an epoch's last batch, with and without a
+validation after it, whose resume has to run that validation and the epoch's end."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ import launch
 from conftest import config, main, step_checkpoints
 
 KILLS = max(3, int(os.environ.get("PROJ_FUZZ_EXAMPLES", "0")) // 100)
-# 3 epochs of 6 steps, logged every 2 and validated at each epoch's end, a checkpoint every 4 steps.
-OVERLAY = "trainer:\n  max_epochs: 3\n  enable_progress_bar: false\n  callbacks+:" + step_checkpoints(4)
+# 3 epochs of 6 steps, logged every 2, the second validated at its end, a checkpoint every 3 steps:
+# mid-epoch, at the last batch of an epoch that a validation follows (12) and of one without (6, 18).
+OVERLAY = "trainer:\n  max_epochs: 3\n  check_val_every_n_epoch: 2\n  enable_progress_bar: false\n"
+OVERLAY += "  callbacks+:" + step_checkpoints(3)
 ARGS = ("--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--test_after_fit=false")
 RUN = Path("runs/classify/version_0")
 
@@ -101,10 +103,14 @@ def test_a_kill_at_a_random_moment_loses_nothing(reference, tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_kill_after_a_step_checkpoint_at_an_epochs_last_batch_loses_no_row(reference, tmp_path: Path):
-    # Step 12 ends the second epoch (6 batches each) and is a step checkpoint's (every 4 steps): the
-    # kill comes after that file is written, before the epoch's validation and end. Lightning resumed
-    # such a file after them, without their rows (val/*, the epoch's train/acc).
-    exact, lost, repeated = killed_and_resumed(tmp_path / "kill", reference[0], at="on_train_batch_end 12")
+@pytest.mark.parametrize("step", [6, 12], ids=["no-validation-after", "validation-after"])
+def test_a_kill_after_a_step_checkpoint_at_an_epochs_last_batch_loses_nothing(reference, tmp_path, step):
+    # Steps 6 and 12 end an epoch (6 batches each) and are a step checkpoint's: the kill comes after
+    # that file is written, before the epoch's end (and, at 12, the validation before it). Lightning
+    # resumed such a file after them, without their rows (val/*, the epoch's train/acc); at 6 it drew
+    # a random number more than a run never stopped (its skipped validation's loader), so other
+    # weights followed.
+    killed = f"on_train_batch_end {step}"
+    exact, lost, repeated = killed_and_resumed(tmp_path / "kill", reference[0], at=killed)
     assert exact
     assert not lost and not repeated, f"lost {sorted(lost)}, repeated {sorted(repeated)}"
