@@ -146,14 +146,16 @@ class KillAtEvent(Checkpoint):
     """SIGKILLs its own process at the ``event``-th hook of training it sees (0: never), counting
     batch starts and ends, validations, epoch starts and ends, checkpoint saves and the end: a kill
     drawn over a whole run. A ``Checkpoint``, so Lightning calls it after the run's checkpoint
-    callbacks: a kill right after an epoch's checkpoints is among the draws. ``count_to``: a file
-    where it writes how many it saw, at the end of an uninterrupted run."""
+    callbacks: a kill right after an epoch's checkpoints is among the draws. ``hook`` and ``step``:
+    instead, at that hook's first call at optimizer step ``step``. ``count_to``: a file where it
+    writes how many it saw, at the end of an uninterrupted run."""
 
     HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_validation_start", "on_validation_end",
              "on_train_epoch_start", "on_train_epoch_end", "on_save_checkpoint", "on_train_end")  # fmt: skip
 
-    def __init__(self, event: int = 0, count_to: str | None = None) -> None:
+    def __init__(self, event: int = 0, count_to: str | None = None, hook: str = "", step: int = 0) -> None:
         self.event = event
+        self.hook, self.step = hook, step
         self.count_to = count_to
         self.seen = 0
         for hook in self.HOOKS:
@@ -164,9 +166,34 @@ class KillAtEvent(Checkpoint):
             if trainer.sanity_checking:
                 return
             self.seen += 1
-            if self.seen == self.event:
+            if self.seen == self.event or (hook == self.hook and trainer.global_step == self.step):
                 os.kill(os.getpid(), signal.SIGKILL)
             if hook == "on_train_end" and self.count_to:
                 Path(self.count_to).write_text(str(self.seen))
 
         return call
+
+
+class KillInHparamsWrite(Callback):
+    """Gives the run's logged hyperparameters a value that SIGKILLs the process as Lightning writes
+    ``hparams.yaml``: a kill in the middle of that write."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        pl_module._hparams_initial["killer"] = KillOnSecondDump()
+
+
+class KillOnSecondDump:
+    """SIGKILLs its process the second time YAML represents it: Lightning's ``save_hparams_to_yaml``
+    tries each value on its own, then opens the file (emptying it) and writes them all."""
+
+    def __init__(self) -> None:
+        self.dumps = 0
+
+    def __deepcopy__(self, memo: dict) -> KillOnSecondDump:
+        return self
+
+    def __reduce_ex__(self, protocol: int):
+        self.dumps += 1
+        if self.dumps == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (KillOnSecondDump, ())

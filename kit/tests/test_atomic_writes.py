@@ -124,3 +124,14 @@ def test_test_and_predict_leave_the_runs_hparams_yaml_as_fit_wrote_it(work: Path
     for command in ("test", "predict"):
         main([command, *CLASSIFY, "--ckpt_path=last", "--data.batch_size=7"])
     assert (work / RUN / "hparams.yaml").read_text() == before
+
+
+@pytest.mark.slow
+def test_a_kill_while_a_resume_writes_hparams_yaml_leaves_it_whole(work: Path):
+    """Lightning's save_hparams_to_yaml empties the file, then writes it: a kill in between left a
+    resumed run's hparams.yaml empty."""
+    before = (work / RUN / "hparams.yaml").read_text()
+    (work / "kill.yaml").write_text("trainer:\n  callbacks+:\n    - class_path: faults.KillInHparamsWrite\n")
+    killed = launch.run(["fit", *CLASSIFY, *ONE_MORE_EPOCH, "--config", "kill.yaml"], work, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (work / RUN / "hparams.yaml").read_text() == before

@@ -12,8 +12,9 @@ piece                             guards against                               c
                                   or write outside its run: each file its      it to every command)
                                   state names is checked, or dropped
 ``ExactResume``                   a resumed run drawing other random numbers   ``exact_resume``
-                                  (dropout, augmentation) or repeating rows
-                                  of ``metrics.csv``
+                                  (dropout, augmentation), or repeating or
+                                  losing rows of ``metrics.csv`` (a
+                                  validation after a step checkpoint)
 ``TrainOrder``                    a resumed epoch seeing other samples, or     (data modules)
                                   repeating the ones before the checkpoint
 ``Preemption``                    SIGTERM/Ctrl-C (SLURM, torchrun) ending a    ``preemption``

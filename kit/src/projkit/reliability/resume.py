@@ -9,8 +9,18 @@ import numpy as np
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
+from projkit.reliability.loop_state import (
+    EPOCH_END_FOLLOWS,
+    after_batch,
+    at_epoch_end,
+    at_validation_start,
+    end_epoch_at_once,
+    epoch_ended,
+    recount,
+)
 from projkit.rundir.metrics import has_row, rewrite_rows, rows_before, without_repeats
 
 
@@ -27,18 +37,25 @@ class ExactResume(Callback):
     and logs the later ones again; of the rows at that very step it keeps one copy each. A
     checkpoint saved before Lightning logs the row of its step or of its epoch's end (a step
     checkpoint, ``last.ckpt`` at an epoch's end) holds that row, and a resume writes it if the killed
-    run had not: the resume starts after it, and would never log it.
+    run had not: the resume starts after it, and would never log it. A checkpoint saved at a batch
+    that a validation or an epoch's end follows (a step checkpoint at an epoch's last batch) resumes
+    by running them (``loop_state``): their rows, and the epoch's, are not lost.
     """
 
     def __init__(self) -> None:
         self._rng_states: list[dict[str, Any]] | None = None
         self._resumed_at: int | None = None
         self._pending_row: dict[str, Any] | None = None
+        self._epoch_end_follows = False
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         # Called on every rank while the checkpoint is assembled, so the collective gather is safe.
         checkpoint["rng_states"] = gather(trainer, rng_states())
         checkpoint["pending_row"] = pending_row(trainer)
+        follows = after_batch(trainer)
+        if follows == "validation":
+            at_validation_start(checkpoint["loops"])
+        checkpoint[EPOCH_END_FOLLOWS] = follows == "epoch_end"
         for logger in trainer.loggers:
             logger.save()
         self._drop_repeats(trainer)
@@ -47,6 +64,7 @@ class ExactResume(Callback):
         self._rng_states = checkpoint.get("rng_states")
         self._resumed_at = checkpoint.get("global_step")
         self._pending_row = checkpoint.get("pending_row")
+        self._epoch_end_follows = trainer.state.fn == TrainerFn.FITTING and at_epoch_end(checkpoint)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Also for a resume with nothing left to train, which starts no training.
@@ -60,12 +78,22 @@ class ExactResume(Callback):
             trainer.logger.save()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._epoch_end_follows:
+            end_epoch_at_once(trainer)
         if self._rng_states is not None:
             restore_rng_states(self._rng_states, trainer.global_rank)
             self._rng_states = None
         # Only once training resumes: a resume that fails to start keeps every row.
         if self._resumed_at is not None and self._writes_csv(trainer):
             rewrite_rows(trainer.logger, rows_before(self._resumed_at))
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        recount(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._epoch_end_follows:
+            epoch_ended(trainer)
+            self._epoch_end_follows = False
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._writes_csv(trainer):

@@ -9,6 +9,7 @@ import errno
 import glob
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 # renameat2(2)'s flag that swaps two paths in one step (Linux 3.15); AT_FDCWD: paths as given.
@@ -18,13 +19,18 @@ AT_FDCWD = -100
 
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Write ``content`` to a temporary file beside ``path``, sync it, then rename it over ``path``."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = content.encode() if isinstance(content, str) else content
+    replace_atomic(path, lambda temporary: temporary.write_bytes(data))
+
+
+def replace_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Have ``write`` write a whole file at the temporary path it is given, beside ``path``, sync it,
+    then rename it over ``path``: for writers that open their file themselves."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         try:
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
+            write(temporary)
+            with open(temporary, "rb") as file:
                 os.fsync(file.fileno())
         except OSError as error:
             # A write's or close's error names no file: named here, as the one that could not be written.
