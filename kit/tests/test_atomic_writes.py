@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -135,3 +136,28 @@ def test_a_kill_while_a_resume_writes_hparams_yaml_leaves_it_whole(work: Path):
     killed = launch.run(["fit", *CLASSIFY, *ONE_MORE_EPOCH, "--config", "kill.yaml"], work, timeout=300)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (work / RUN / "hparams.yaml").read_text() == before
+
+
+# The kit's CSV writer, killed as it writes the rows again under a new column's header.
+KILLED_IN_A_REWRITE = """
+import csv, os, shutil, signal, sys
+from projkit.rundir.csv_files import AtomicExperimentWriter
+writer = AtomicExperimentWriter(log_dir=sys.argv[1])
+writer.log_metrics({"train/loss": 1.0}, step=0)
+writer.save()
+shutil.copy(writer.metrics_file_path, sys.argv[2])
+csv.DictWriter.writerows = lambda self, rows: os.kill(os.getpid(), signal.SIGKILL)
+writer.log_metrics({"val/loss": 2.0}, step=1)
+writer.save()
+"""
+
+
+def test_a_kill_while_a_new_column_rewrites_metrics_csv_keeps_every_row(tmp_path: Path):
+    """Lightning's CSV writer rewrites metrics.csv in place when a metric's column first appears: a
+    kill in that rewrite left the file cut to its header."""
+    logs, before = tmp_path / "logs", tmp_path / "before.csv"
+    args = [sys.executable, "-c", KILLED_IN_A_REWRITE, str(logs), str(before)]
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert (logs / "metrics.csv").read_text() == before.read_text()
+    assert before.read_text().splitlines()[1:] == ["0,1.0"]

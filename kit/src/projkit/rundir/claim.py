@@ -10,7 +10,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from projkit.rundir.hparams import write_hparams_atomically
+from projkit.rundir.csv_files import write_logs_atomically
 from projkit.rundir.lock import RunLock
 from projkit.rundir.metrics import restore_metrics, take_metrics_aside
 from projkit.rundir.naming import run_directory
@@ -29,7 +29,7 @@ def job_id() -> str | None:
 def claim_run_directory(trainer: Trainer, training: bool = False) -> None:
     """Hold the run directory for this process, clear what a killed process left half-done there,
     carry every row of its ``metrics.csv`` over, which the CSV logger would delete, have the CSV
-    logger write ``hparams.yaml`` in one step, and record the batch job that trains in it
+    logger write its whole files in one step, and record the batch job that trains in it
     (``training``: the command is a ``fit``)."""
     if not trainer.is_global_zero or trainer.fast_dev_run or not trainer.loggers:
         return
@@ -42,7 +42,7 @@ def claim_run_directory(trainer: Trainer, training: bool = False) -> None:
         (run / JOB_FILE).write_text(f"{job}\n")
     if isinstance(trainer.logger, CSVLogger):
         aside = take_metrics_aside(run)
-        write_hparams_atomically(trainer.logger)
+        write_logs_atomically(trainer.logger)
         if aside is not None:
             restore_metrics(trainer.logger, aside)
     rank_zero_info(f"Run directory: {run}")
