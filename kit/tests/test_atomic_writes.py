@@ -1,7 +1,8 @@
 """What the commands write beside a run's checkpoints is replaced in one step, and a full disk is
 one line: an export on a full disk, an export killed while it swaps folders, a resume config
-emptied by a kill, a resume of a run whose config.yaml is gone, and `test` and `predict` leaving
-the run's hparams.yaml as `fit` wrote it. One finished run (with an export) is copied for each."""
+emptied by a kill, a resume of a run whose config.yaml is gone, `test` and `predict` leaving the
+run's hparams.yaml as `fit` wrote it, and the loggers' whole files killed mid-write. One finished
+run (with an export) is copied for each."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ EXPORT = RUN / "export" / "last"
 CLASSIFY = ("--config", config("classify.yaml"), *TINY_FIT)
 ONE_MORE_EPOCH = ("--trainer.max_epochs=2", "--test_after_fit=false", "--ckpt_path=last")
 EXPORT_LAST = ["export", *CLASSIFY, "--ckpt_path=last"]
+KILL_IN_HPARAMS_WRITE = "trainer:\n  callbacks+:\n    - class_path: faults.KillInHparamsWrite\n"
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,7 @@ def test_a_kill_while_a_resume_writes_hparams_yaml_leaves_it_whole(work: Path):
     """Lightning's save_hparams_to_yaml empties the file, then writes it: a kill in between left a
     resumed run's hparams.yaml empty."""
     before = (work / RUN / "hparams.yaml").read_text()
-    (work / "kill.yaml").write_text("trainer:\n  callbacks+:\n    - class_path: faults.KillInHparamsWrite\n")
+    (work / "kill.yaml").write_text(KILL_IN_HPARAMS_WRITE)
     killed = launch.run(["fit", *CLASSIFY, *ONE_MORE_EPOCH, "--config", "kill.yaml"], work, timeout=300)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (work / RUN / "hparams.yaml").read_text() == before
@@ -141,7 +143,7 @@ def test_a_kill_while_a_resume_writes_hparams_yaml_leaves_it_whole(work: Path):
 # The kit's CSV writer, killed as it writes the rows again under a new column's header.
 KILLED_IN_A_REWRITE = """
 import csv, os, shutil, signal, sys
-from projkit.rundir.csv_files import AtomicExperimentWriter
+from projkit.rundir.log_files import AtomicExperimentWriter
 writer = AtomicExperimentWriter(log_dir=sys.argv[1])
 writer.log_metrics({"train/loss": 1.0}, step=0)
 writer.save()
@@ -161,3 +163,15 @@ def test_a_kill_while_a_new_column_rewrites_metrics_csv_keeps_every_row(tmp_path
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert (logs / "metrics.csv").read_text() == before.read_text()
     assert before.read_text().splitlines()[1:] == ["0,1.0"]
+
+
+def test_a_kill_while_tensorboard_writes_hparams_yaml_leaves_none_cut(workdir: Path):
+    """TensorBoard's logger writes hparams.yaml only when it is missing: a kill in that write left it
+    empty for good. Now it is there whole or not at all; a run not killed has it whole."""
+    (workdir / "kill.yaml").write_text(KILL_IN_HPARAMS_WRITE)
+    tensorboard = "--trainer.logger=lightning.pytorch.loggers.TensorBoardLogger"
+    killed = launch.run(["fit", *CLASSIFY, tensorboard, "--config", "kill.yaml"], workdir, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not (workdir / RUN / "hparams.yaml").exists()
+    main(["fit", *CLASSIFY, tensorboard, "--test_after_fit=false"])
+    assert "net:" in (workdir / RUN.parent / "version_1" / "hparams.yaml").read_text()

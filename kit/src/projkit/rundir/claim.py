@@ -10,8 +10,8 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from projkit.rundir.csv_files import write_logs_atomically
 from projkit.rundir.lock import RunLock
+from projkit.rundir.log_files import write_logs_atomically
 from projkit.rundir.metrics import restore_metrics, take_metrics_aside
 from projkit.rundir.naming import run_directory
 
@@ -40,11 +40,12 @@ def claim_run_directory(trainer: Trainer, training: bool = False) -> None:
     remove_stale_temporaries(run)
     if training and (job := job_id()) is not None:
         (run / JOB_FILE).write_text(f"{job}\n")
-    if isinstance(trainer.logger, CSVLogger):
-        aside = take_metrics_aside(run)
-        write_logs_atomically(trainer.logger)
-        if aside is not None:
-            restore_metrics(trainer.logger, aside)
+    # The CSV logger's writer deletes the metrics.csv it finds: the rows are set aside first.
+    aside = take_metrics_aside(run) if isinstance(trainer.logger, CSVLogger) else None
+    for logger in trainer.loggers:
+        write_logs_atomically(logger)
+    if aside is not None:
+        restore_metrics(trainer.logger, aside)
     rank_zero_info(f"Run directory: {run}")
 
 
