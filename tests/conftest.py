@@ -217,6 +217,13 @@ def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -
     return {split: len(indices) for split, indices in parts.items()}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The upgrade test is the longest by far (a copy of the project, its environment, its fast tests):
+    # dealt first (`--dist loadfile` deals files in this order), the other files run beside it
+    # rather than one worker waiting on it at the end.
+    items.sort(key=lambda item: item.path.name != "test_upgrade.py")
+
+
 @pytest.fixture(autouse=True)
 def debug(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process commands raise a user error as it was raised (``PROJ_DEBUG=1``), so a test can

@@ -100,6 +100,15 @@ def write_png(path: Path, pixels: np.ndarray) -> None:
     Image.fromarray(pixels.astype(np.uint8)).save(path)
 
 
+# The files that take longest, dealt first (`--dist loadfile` deals files in collection order), so
+# that the short ones fill the workers beside them rather than one worker finishing alone.
+LONGEST_FILES = ("test_ddp.py", "test_benchmarks.py", "test_sweep.py", "test_runs.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in LONGEST_FILES)
+
+
 @pytest.fixture(autouse=True)
 def debug(monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process commands raise a user error as it was raised (``PROJ_DEBUG=1``), so a test can
