@@ -36,6 +36,7 @@ def test_a_killed_sweep_worker_takes_its_trial_with_it(workdir):
         flags=[
             *QUICK,
             "--trainer.max_epochs=100000",
+            "--early_stopping=null",  # the trial trains on, as one that has not converged does
             *touch,
             f"--trainer.callbacks.init_args.path={started}",
         ],
