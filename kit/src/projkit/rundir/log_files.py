@@ -19,14 +19,18 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from projkit.rundir.atomic import replace_atomic, write_atomic
 
 
+def save_hparams_atomically(path: Path, hparams: dict[str, Any]) -> None:
+    """Lightning's ``save_hparams_to_yaml``, writing beside ``path`` and then taking its place."""
+    replace_atomic(path, lambda temporary: save_hparams_to_yaml(temporary, hparams))
+
+
 class AtomicExperimentWriter(ExperimentWriter):
     """Lightning's CSV experiment writer, whose whole-file writes go to a file beside, which then
     takes the file's place (appended rows are appended, as Lightning does)."""
 
     def log_hparams(self, params: dict[str, Any]) -> None:
         self.hparams.update(params)
-        path = Path(self.log_dir) / self.NAME_HPARAMS_FILE
-        replace_atomic(path, lambda temporary: save_hparams_to_yaml(temporary, self.hparams))
+        save_hparams_atomically(Path(self.log_dir) / self.NAME_HPARAMS_FILE, self.hparams)
 
     def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
         with self._fs.open(self.metrics_file_path, "r", newline="") as file:
@@ -62,5 +66,5 @@ class TensorBoardSave:
     def __call__(self) -> None:
         path = Path(self.logger.log_dir) / self.logger.NAME_HPARAMS_FILE
         if path.parent.is_dir() and not path.is_file():
-            replace_atomic(path, lambda temporary: save_hparams_to_yaml(temporary, self.logger.hparams))
+            save_hparams_atomically(path, self.logger.hparams)
         self.save()
