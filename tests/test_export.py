@@ -143,7 +143,7 @@ def test_digits_export_equals_the_checkpoint_and_describes_it(digits_export):
     saved = torch.load(ckpt, weights_only=True)
     assert saved["hyper_parameters"]["classes"] == tuple("0123456789"), "the checkpoint names its classes"
     assert spec["checkpoint"] == {
-        "file": ckpt.name,
+        "path": str(ckpt.resolve()),  # deprecated in 1.1.0: checkpoint.file in 1.2.0
         "step": saved["global_step"],
         "epoch": saved["epoch"],
         "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest(),

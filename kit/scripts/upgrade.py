@@ -1,129 +1,104 @@
-"""``make upgrade-kit REF=<ref> [FROM=<repository>]``: replace this checkout's ``kit/`` with the one at
-``REF`` of the template's repository, relock and run the tests.
+"""``make upgrade-kit [VERSION=1.1.0 | REF=<ref>] [FROM=<repository>]``: replace this checkout's ``kit/``
+with a release of the template's (the newest by default), relock and run the tests.
 
 The kit is replaced whole, never merged: a project never edits it (it subclasses or configures
-instead), so there is nothing of the project's to keep in it, an upgrade cannot conflict, and files the
-new version removed go. ``FROM`` is a git repository (a URL or a local folder); by default the remote
-named ``template``, else ``origin``. A kit with local changes is refused, as the upgrade would lose
-them. Standard library only: it runs before any environment exists, and from the kit it replaces.
+instead), so an upgrade cannot conflict, and files the new version removed go. A release is the
+commit where ``kit/pyproject.toml``'s version changes (its tag ``v<version>`` too, where tags travel),
+so any clone of the template can name one. ``FROM`` is a git repository (a URL or a local folder); by
+default the remote named ``template``, else ``origin``. A kit that differs from every kit the template
+has had at its version, committed or not, is refused (``OVERWRITE=1`` replaces it anyway), as the
+upgrade would lose the change. Standard library only: it runs before any environment exists, and
+from the kit it replaces, so a fix here reaches a project from its next upgrade on.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import os
-import re
-import shutil
-import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-KIT = ROOT / "kit"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from upgrade_steps import (
+    KIT,
+    ROOT,
+    Source,
+    UpgradeError,
+    changes,
+    edited_files,
+    git,
+    kit_tree,
+    parse_version,
+    replace_kit,
+    run_after,
+    version_at,
+)
+
+KEEP_A_CHANGE = (
+    "The kit is never edited in place: keep the change as a subclass in your package named by class "
+    "path in a config, or as a config key (kit/README.md, 'Never edited in place'), then upgrade; or "
+    "replace the kit anyway with OVERWRITE=1 (make upgrade-kit ... OVERWRITE=1), losing it."
+)
 
 
-class UpgradeError(RuntimeError):
-    """The upgrade cannot go ahead; the message says why and what to do."""
+def choose(source: Source, ref: str | None, wanted: str | None) -> tuple[str, str]:
+    """The commit to take the kit from and how it was chosen: a named version's release, a ref, or
+    (neither given) the newest release, never a branch's tip unasked."""
+    releases = source.releases()
+    if ref and wanted:
+        raise UpgradeError("give REF or VERSION, not both")
+    if wanted:
+        if wanted not in releases:
+            known = ", ".join(releases) or "none"
+            raise UpgradeError(f"VERSION={wanted}: no such release in {source.name} (its releases: {known})")
+        return releases[wanted], f"VERSION={wanted}"
+    if ref:
+        return source.commit(ref), f"REF={ref}"
+    if not releases:
+        raise UpgradeError(f"{source.name} has no release (no kit/pyproject.toml version): name a REF=")
+    newest = max(releases, key=parse_version)
+    return releases[newest], f"the newest release, {newest}"
 
 
-def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=False)
-
-
-def default_source() -> str:
-    remotes = git("remote").stdout.decode().split()
-    for name in ("template", "origin"):
-        if name in remotes:
-            return name
-    raise UpgradeError(
-        "no FROM given and this checkout has no remote named `template` or `origin`: name the template's "
-        "repository, e.g. make upgrade-kit REF=main FROM=https://github.com/<owner>/<template>.git"
-    )
-
-
-def kit_archive(ref: str, source: str) -> bytes:
-    """The ``kit/`` folder at ``ref`` of ``source`` as a tar archive."""
-    if Path(source).is_dir():
-        listed = git("archive", "--format=tar", ref, "kit", cwd=Path(source))
+def check_unedited(source: Source, old: str, overwrite: bool) -> None:
+    """Refuse to replace a kit that is not one of the template's at its version: listing what differs."""
+    tree = kit_tree()
+    if source.has_kit(tree):
+        return
+    release = source.releases().get(old)
+    if release is None:
+        found = f"kit/ says version {old}, which {source.name} never released, so its files cannot be checked"
     else:
-        fetched = git("fetch", "--no-tags", "--quiet", source, ref)
-        if fetched.returncode != 0:
-            said = fetched.stderr.decode().strip().splitlines()
-            raise UpgradeError(
-                f"REF={ref} FROM={source}: git could not fetch it ({said[-1] if said else ''})"
-            )
-        listed = git("archive", "--format=tar", "FETCH_HEAD", "kit")
-    if listed.returncode != 0:
-        said = listed.stderr.decode().strip().splitlines()
-        raise UpgradeError(
-            f"REF={ref} FROM={source}: no kit/ there ({said[-1] if said else 'git archive failed'}). "
-            "Give a branch, tag or commit of the template that has one."
-        )
-    return listed.stdout
+        listed = "\n".join(f"  {line}" for line in edited_files(release, tree))
+        found = f"kit/ differs from the template's kit {old} (commit {release[:12]}):\n{listed}\n"
+    if overwrite:
+        print(f"warning: {found.rstrip()}\nOVERWRITE=1: replacing it anyway.", file=sys.stderr)
+        return
+    raise UpgradeError(f"{found}{KEEP_A_CHANGE}")
 
 
-def version(kit: Path) -> str:
-    found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', (kit / "pyproject.toml").read_text(encoding="utf-8"))
-    return found[1] if found else "unknown"
-
-
-def changes(changelog: Path, old: str) -> str:
-    """The CHANGELOG's sections newer than ``old``: what this upgrade brings."""
-    if not changelog.is_file():
-        return ""
-    text = changelog.read_text(encoding="utf-8")
-    sections = re.split(r"(?m)^(?=## )", text)
-    newer = []
-    for section in sections[1:]:
-        if re.match(rf"## \[?{re.escape(old)}\]?\b", section):
-            break
-        newer.append(section.rstrip())
-    return "\n\n".join(newer)
-
-
-def replace_kit(archive: bytes) -> None:
-    """Swap the new kit in beside the old one, then drop the old: an interrupted upgrade leaves one
-    whole kit, which ``git status`` shows."""
-    with tempfile.TemporaryDirectory(dir=ROOT, prefix=".kit-upgrade-") as work:
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            # The "data" filter (no links out, no devices) where this Python has it.
-            tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        new = Path(work) / "kit"
-        if not (new / "pyproject.toml").is_file():
-            raise UpgradeError("the archive holds no kit/pyproject.toml: not a version of the kit")
-        old = Path(work) / "old"
-        os.replace(KIT, old)
-        os.replace(new, KIT)
-
-
-def upgrade(ref: str, source: str | None, tests: str | None) -> None:
+def upgrade(args: argparse.Namespace) -> None:
     if git("rev-parse", "--is-inside-work-tree").returncode != 0:
         raise UpgradeError(f"{ROOT} is not a git checkout: the upgrade needs git to fetch the kit")
-    edited = git("status", "--porcelain", "--", "kit").stdout.decode().strip()
-    if edited:
+    source = Source.fetch(args.source)
+    old = version_at(KIT)
+    commit, how = choose(source, args.ref, args.version)
+    new = source.version(commit)
+    if parse_version(new) < parse_version(old) and not args.downgrade:
         raise UpgradeError(
-            "kit/ has local changes, which replacing it would lose:\n"
-            f"{edited}\nThe kit is never edited in place: move the change into your package (subclass or "
-            "configure, kit/README.md), or commit it elsewhere, then upgrade. `git diff -- kit` shows it."
+            f"{how} is projkit {new}, older than this project's {old}: that is a downgrade. "
+            "Add DOWNGRADE=1 to take it (make upgrade-kit ... DOWNGRADE=1)."
         )
-    source = source or default_source()
-    old = version(KIT)
-    replace_kit(kit_archive(ref, source))
-    new = version(KIT)
-    print(f"kit/: projkit {old} -> {new} (REF={ref} FROM={source})")
-    if brought := changes(KIT / "CHANGELOG.md", old):
-        print(f"What changed (kit/CHANGELOG.md):\n\n{brought}\n")
-    uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")
-    for step in ([uv, "lock"], [uv, "sync", "--locked"], *([["make", tests]] if tests else [])):
-        print("+", " ".join(step), flush=True)
-        if subprocess.run(step, cwd=ROOT).returncode != 0:
-            raise UpgradeError(
-                f"`{' '.join(step)}` failed after the upgrade to {new}. To go back to {old}: "
-                "git checkout -- kit uv.lock && git clean -fdq kit && make install"
-            )
+    check_unedited(source, old, args.overwrite)
+    old_tree, old_lock = kit_tree(), (ROOT / "uv.lock").read_bytes()
+    replace_kit(commit)
+    print(f"kit/: projkit {old} -> {new} ({how}: commit {commit[:12]} of {source.name})")
+    if parse_version(new) > parse_version(old) and (brought := changes(KIT / "CHANGELOG.md", old)):
+        print(f"What changed, and what to do (kit/CHANGELOG.md):\n\n{brought}\n")
+    elif parse_version(new) < parse_version(old):
+        print(f"Downgraded: what {old} had and {new} lacks is in the CHANGELOG of {old}.")
+    run_after(args.tests, old, new, old_tree, old_lock)
     print(
         f"Upgraded the kit to {new}. Review it (git status, git diff --stat), then commit kit/ and uv.lock."
     )
@@ -131,12 +106,20 @@ def upgrade(ref: str, source: str | None, tests: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ref", help="the template's branch, tag or commit to take the kit from")
+    parser.add_argument(
+        "ref", nargs="?", help="the template's branch, tag or commit (default: newest release)"
+    )
+    parser.add_argument("--version", help="a release of the kit, e.g. 1.1.0")
     parser.add_argument("--from", dest="source", help="the template's repository (URL or folder)")
     parser.add_argument("--tests", default="test", help="the make target run afterwards ('' for none)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a kit/ with local changes")
+    parser.add_argument("--downgrade", action="store_true", help="take an older version of the kit")
     args = parser.parse_args(argv)
+    args.ref, args.version = args.ref or None, args.version or None
+    args.overwrite = args.overwrite or bool(os.environ.get("OVERWRITE"))
+    args.downgrade = args.downgrade or bool(os.environ.get("DOWNGRADE"))
     try:
-        upgrade(args.ref, args.source, args.tests or None)
+        upgrade(args)
     except UpgradeError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ import onnxruntime
 import pytest
 import torch
 
+import projkit
 from conftest import DEFAULTS, TINY_FIT, config, main
 from projkit.context import use
 from tinyproj import PROJECT
@@ -152,14 +153,14 @@ def test_classifier_export_equals_the_checkpoint_and_describes_it(classify_expor
     assert spec["normalisation"] == {"mean": [0.5], "std": [0.25], "inside_graph": True}
     saved = torch.load(ckpt, weights_only=True)
     assert spec["checkpoint"] == {
-        "file": ckpt.name,
+        "path": str(ckpt.resolve()),  # deprecated in 1.1.0: checkpoint.file in 1.2.0
         "step": saved["global_step"],
         "epoch": saved["epoch"],
         "sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest(),
     }
     assert spec["versions"]["torch"] == torch.__version__
     assert spec["versions"]["projkit"] == importlib.metadata.version("projkit")
-    assert spec["versions"]["projkit"] == importlib.metadata.version("projkit")
+    assert spec["versions"]["projkit"] == projkit.__version__  # the code that wrote it
     assert "tinyproj" not in spec["versions"]  # run from the tests' folder, never installed
     assert spec["versions"]["onnxruntime"] == onnxruntime.__version__
     assert spec["check"]["onnx"]["max_abs_logit_difference"] <= 1e-4

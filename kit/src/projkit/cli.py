@@ -31,6 +31,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from projkit.callbacks import OptunaPruning, ValidateAtEnd
+from projkit.callbacks.kit_version import KitVersion
 from projkit.checks.checkpoint import adopt_saved_classes, check_fits_model, refused_pickle
 from projkit.checks.config import (
     check_config_files,
@@ -68,17 +69,20 @@ from projkit.rundir.naming import logger_kind
 from projkit.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42
+# The trainer settings, logger and standard callbacks every project starts from; they ship and upgrade
+# with the kit, and the project's defaults file, read after, holds only what the project sets.
+KIT_DEFAULTS = Path(__file__).with_name("defaults.yaml")
 
 # Seconds between W&B's writes of the run's .wandb file (wandb.Settings.x_transaction_log_flush_interval),
 # which is what a killed run's history loses at most. Set it to choose another.
 WANDB_FLUSH_INTERVAL = "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"
 
-# The logger the run's name is a default for; configs/defaults.yaml, read after, gives the rest of it
+# The logger the run's name is a default for; the defaults files, read after, give the rest of it
 # (or another logger, which keeps the name where it takes one).
 DEFAULT_LOGGER = "lightning.pytorch.loggers.CSVLogger"
 
 
-# The callbacks every experiment gets, each under a key of its own (settings in configs/defaults.yaml),
+# The callbacks every experiment gets, each under a key of its own (settings in projkit/defaults.yaml),
 # so that a config or a flag changes one setting (`--early_stopping.patience=4`) without restating a
 # list, and `null` drops one. The base class says what may replace each.
 STANDARD_CALLBACKS: dict[str, type[Callback]] = {
@@ -148,7 +152,7 @@ class ProjectCLI(LightningCLI):
                     # checkpoints) lands under runs/ too, never in the working folder.
                     "default_root_dir": "runs",
                     # ContainedState: a resumed checkpoint's state names files of its own run only.
-                    "callbacks": [ValidateAtEnd(), ContainedState()],
+                    "callbacks": [ValidateAtEnd(), ContainedState(), KitVersion()],
                 },
                 parser_kwargs={
                     "prog": current().command,
@@ -353,10 +357,11 @@ class ProjectCLI(LightningCLI):
 
 def defaults_for(subcommands: dict | None) -> dict:
     """``parser_kwargs`` under which each subcommand's parser (or, without subcommands, the one
-    parser) reads configs/defaults.yaml before anything else."""
+    parser) reads the kit's defaults, then the project's (configs/defaults.yaml), before anything
+    else: a key the kit adds reaches every project, and the project's settings win."""
     defaults = current().defaults
     check_defaults(defaults)
-    files = {"default_config_files": [str(defaults)]}
+    files = {"default_config_files": [str(KIT_DEFAULTS), str(defaults)]}
     return files if subcommands is None else {name: files for name in subcommands}
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from projkit.errors import ConfigError
 from projkit.preprocessing import Preprocessing
+from projkit.protocol import INPUT_SHAPE, MEAN, PREPROCESSING, STD
 
 __all__ = ["Deployable", "PixelInput", "Preprocessing", "pixel_classifier", "token_model"]
 # How many seeded inputs `examples` makes for export's check: an odd size and a single one are cut from it.
@@ -63,17 +64,13 @@ def pixel_classifier(
     """An image classifier's ``net`` behind the data's normalisation (``datamodule.mean`` and
     ``std``, per channel), taking pixels in [0, 1] of ``datamodule.input_shape``; ``classes`` as the
     checkpoint names them, else the data module's. ``model.json`` states the data's
-    ``preprocessing`` (a ``Preprocessing``; a data module without one is taken to stretch each image
-    to ``input_shape``), so a deployment prepares a file as ``predict`` does."""
-    mean, std = getattr(datamodule, "mean", None), getattr(datamodule, "std", None)
-    if mean is None or std is None:
-        raise ConfigError(
-            f"data ({type(datamodule).__name__}): export needs the data's normalisation as `mean` and "
-            "`std` (per channel) to put it inside the graph; give the data module both attributes."
-        )
+    ``preprocessing`` (a ``Preprocessing``; a data module without one is refused, as any default could
+    prepare files differently from its own ``predict``), so a deployment prepares a file as ``predict``
+    does."""
+    mean, std = MEAN.of(datamodule, "export"), STD.of(datamodule, "export")
     classes = classes or getattr(datamodule, "classes", None)
-    shape = list(datamodule.input_shape)
-    preprocessing = getattr(datamodule, "preprocessing", None) or Preprocessing.stretch(tuple(shape))
+    shape = list(INPUT_SHAPE.of(datamodule, "export"))
+    preprocessing = PREPROCESSING.of(datamodule, "export")
     if list(preprocessing.output_size) != shape[:0:-1]:
         raise ConfigError(
             f"data ({type(datamodule).__name__}): its preprocessing gives {preprocessing.output_size} "

@@ -6,8 +6,8 @@ checkpoint's run directory under ``export/<checkpoint name>/``:
 - ``model.onnx``, for onnxruntime and the other ONNX runtimes (``torch.onnx.export(dynamo=True)``);
 - ``model.pt2``, a ``torch.export`` program, which ``torch.export.load`` reads with nothing but torch;
 - ``model.json``, what a deployer needs besides: the class names or the vocabulary, the input's
-  shape, dtype and range, an image's preprocessing, the checkpoint it came from (its file name and
-  sha256: no path of the machine that trained it) and the versions that made it.
+  shape, dtype and range, an image's preprocessing, the checkpoint it came from (its path, deprecated
+  for its file name in 1.2.0, and sha256) and the versions that made it, the kit's among them.
 
 Image models take float pixels in [0, 1], ``(N, C, H, W)``, with the data's normalisation inside the
 graph (``projkit.deploy.PixelInput``); the language model takes int64 token ids ``(N, T)``, any ``T`` up
@@ -35,10 +35,12 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 
+import projkit
 from projkit.checks.checkpoint import load_checkpoint
 from projkit.context import current
 from projkit.deploy import EXAMPLES, Deployable
 from projkit.errors import DISK_ERRORS, ConfigError, ExportCheckError
+from projkit.protocol import DEPLOYABLE
 from projkit.rundir.atomic import restore_folder, swap_folder, write_atomic
 from projkit.rundir.lock import RunLock
 
@@ -168,6 +170,7 @@ def export_checkpoint(
         kind = "seeded" if deployable.examples is not None else "test"
         description["check"] = check(model, runners, model_inputs, artifact_inputs, tolerance, kind)
         description["checkpoint"] = checkpoint_facts(ckpt_path, checkpoint)
+        description["deprecated"] = DEPRECATED_FIELDS
         description["versions"] = versions(formats)
         write_atomic(work / "model.json", json.dumps(description, indent=2, ensure_ascii=False) + "\n")
         swap_folder(work, folder)
@@ -198,12 +201,7 @@ def check_inputs(deployable: Deployable, datamodule: LightningDataModule) -> tor
 def deployable_of(model: LightningModule, datamodule: LightningDataModule) -> Deployable:
     """What the task module exports (its ``deployable(datamodule)``), refused with the fix when it
     does not say."""
-    deployable = getattr(model, "deployable", None)
-    if not callable(deployable):
-        raise ConfigError(
-            f"model ({type(model).__name__}): export needs the task module to say what it deploys: define "
-            "deployable(datamodule) returning a projkit.deploy.Deployable (see projkit.deploy)."
-        )
+    deployable = DEPLOYABLE.of(model, "export")
     return deployable(datamodule)
 
 
@@ -317,15 +315,25 @@ def check(
     return figures
 
 
+# model.json's fields that are going, each with what replaces it; written into model.json itself
+# (its `deprecated`), as a reader of the file sees no warning, and listed in the CHANGELOG.
+DEPRECATED_FIELDS = {
+    "checkpoint.path": (
+        "the trainer's absolute path to the checkpoint; 1.2.0 replaces it by checkpoint.file, the "
+        "checkpoint's file name (a deployment carries no path of the machine that trained it)"
+    ),
+}
+
+
 def checkpoint_facts(path: Path, checkpoint: dict) -> dict[str, Any]:
-    """The checkpoint by its file name and sha256: a deployment artifact carries no path of the
-    machine that trained it."""
+    """The checkpoint by its path and sha256, as 1.0.0 wrote them (``path`` is deprecated:
+    ``DEPRECATED_FIELDS``)."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(1 << 20):
             digest.update(chunk)
     return {
-        "file": path.name,
+        "path": str(path.resolve()),
         "step": checkpoint.get("global_step"),
         "epoch": checkpoint.get("epoch"),
         "sha256": digest.hexdigest(),
@@ -335,8 +343,8 @@ def checkpoint_facts(path: Path, checkpoint: dict) -> dict[str, Any]:
 def versions(formats: Sequence[str]) -> dict[str, str]:
     """The versions that made the artifacts; a project run from its checkout without being installed
     as a distribution has none of its own, and is left out."""
-    names = [current().package, "projkit", *(["onnx", "onnxruntime"] if "onnx" in formats else [])]
-    found = {"torch": torch.__version__}
+    names = [current().package, *(["onnx", "onnxruntime"] if "onnx" in formats else [])]
+    found = {"torch": torch.__version__, "projkit": projkit.__version__}
     for name in names:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)

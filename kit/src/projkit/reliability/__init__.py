@@ -24,7 +24,7 @@ piece                             guards against                               c
                                   checkpoint
 ================================  ===========================================  ======================
 
-``configs/defaults.yaml`` switches each on under its key; ``--exact_resume=null`` (or ``key: null``
+``projkit/defaults.yaml`` switches each on under its key; ``--exact_resume=null`` (or ``key: null``
 in a config) switches one off. ``TrainOrder`` is not a switch: it is the sampler the data modules
 build their training loader with (``projkit.data.loaders.SplitLoaders``), and costs nothing when no
 checkpoint is loaded. Nothing here is needed to follow a training step; all of it is needed for a
