@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from projkit.context import use
+from projkit.layout import note_left_behind
 from projkit.lifetime import end_with, launched_rank
 
 # What a distributed launcher (torchrun, SLURM, Lightning itself) passes as whole numbers; Lightning
@@ -56,6 +57,8 @@ class Project:
         check_launcher_variables()
         if launched_rank():
             end_with(os.getppid(), grace_s=10)  # rank 0, also while the processes initialise
+        else:
+            note_left_behind(self.defaults.parent.parent, self.defaults)
         if args[:1] == ["sweep"]:
             from projkit.sweep import main as sweep
 
