@@ -32,13 +32,14 @@ from upgrade_steps import (
     parse_version,
     replace_kit,
     run_after,
+    uncommitted,
     version_at,
 )
 
 KEEP_A_CHANGE = (
-    "The kit is never edited in place: keep the change as a subclass in your package named by class "
-    "path in a config, or as a config key (kit/README.md, 'Never edited in place'), then upgrade; or "
-    "replace the kit anyway with OVERWRITE=1 (make upgrade-kit ... OVERWRITE=1), losing it."
+    "The kit is never edited in place: subclass or configure instead (a subclass in your package named "
+    "by class path in a config, or a config key: kit/README.md, 'Never edited in place'), then upgrade; "
+    "or replace the kit anyway with OVERWRITE=1 (make upgrade-kit ... OVERWRITE=1), losing the change."
 )
 
 
@@ -62,18 +63,23 @@ def choose(source: Source, ref: str | None, wanted: str | None) -> tuple[str, st
 
 
 def check_unedited(source: Source, old: str, overwrite: bool) -> None:
-    """Refuse to replace a kit that is not one of the template's at its version: listing what differs."""
+    """Refuse to replace a kit that is none of the template's at its version, committed or not,
+    listing what differs: from the release's files, and what git shows uncommitted."""
     tree = kit_tree()
     if source.has_kit(tree):
         return
     release = source.releases().get(old)
-    if release is None:
-        found = f"kit/ says version {old}, which {source.name} never released, so its files cannot be checked"
-    else:
-        listed = "\n".join(f"  {line}" for line in edited_files(release, tree))
-        found = f"kit/ differs from the template's kit {old} (commit {release[:12]}):\n{listed}\n"
+    listed = edited_files(release, tree) if release else []
+    listed += [line for line in uncommitted() if line not in listed]
+    against = (
+        f"the template's kit {old} (commit {release[:12]})"
+        if release
+        else f"kit {old}, which {source.name} never released"
+    )
+    found = f"kit/ has local changes, which replacing it would lose (against {against}):\n"
+    found += "".join(f"  {line}\n" for line in listed)
     if overwrite:
-        print(f"warning: {found.rstrip()}\nOVERWRITE=1: replacing it anyway.", file=sys.stderr)
+        print(f"warning: {found}OVERWRITE=1: replacing it anyway.", file=sys.stderr)
         return
     raise UpgradeError(f"{found}{KEEP_A_CHANGE}")
 

@@ -152,6 +152,12 @@ def edited_files(release: str, tree: str) -> list[str]:
     return [f"{status} kit/{path}" for status, path in rows]
 
 
+def uncommitted() -> list[str]:
+    """kit/'s changes not committed, as ``M kit/<file>`` lines."""
+    listed = git("status", "--porcelain", "--untracked-files=all", "--", "kit").stdout.splitlines()
+    return [f"{line[:2].strip().replace('??', 'A')} {line[3:]}" for line in listed]
+
+
 def extract(treeish: str, into: Path) -> Path:
     """The kit/ of ``treeish`` (a commit, or a kit/ folder's tree) as files in ``into``/kit; a link
     or a path that would leave the folder is refused, changing nothing."""

@@ -23,6 +23,7 @@ import torch
 import projkit
 from conftest import DEFAULTS, TINY_FIT, config, main
 from projkit.context import use
+from test_public_surface import assert_fields_kept
 from tinyproj import PROJECT
 from tinyproj.data import Blobs, Chars
 from tinyproj.models import Classifier, LanguageModel
@@ -141,6 +142,7 @@ def test_classifier_export_equals_the_checkpoint_and_describes_it(classify_expor
     for name in ("onnx", "pt2"):
         assert re.search(rf"^Check {name}: max \|Δlogit\| \S+, argmax agreement 100\.00%", printed, re.M)
     spec = json.loads((folder / "model.json").read_text())
+    assert_fields_kept(spec, "image")  # of the previous release
     assert spec["task"] == "image classification"
     assert spec["classes"] == ["c0", "c1", "c2", "c3"]  # the data module's: the checkpoint names none
     assert spec["input"] == {
@@ -172,6 +174,7 @@ def test_token_model_export_equals_the_checkpoint_at_any_length(lm_export):
     ckpt, folder, printed = lm_export
     reference = LanguageModel.load_from_checkpoint(ckpt, map_location="cpu").eval()
     spec = json.loads((folder / "model.json").read_text())
+    assert_fields_kept(spec, "text")  # of the previous release
     assert spec["task"] == "next-token prediction"
     assert spec["vocab"] == reference.vocab and spec["input"]["max_T"] == BLOCK_SIZE
     assert spec["input"]["dtype"] == "int64"

@@ -139,7 +139,7 @@ def test_an_edited_kit_is_refused_committed_or_not_unless_overwritten(repos, com
     assert (
         "kit/ differs from the template's kit 1.0.0" in done.stderr and "M kit/src/feature.py" in done.stderr
     )
-    assert "subclass" in done.stderr and "OVERWRITE=1" in done.stderr
+    assert "subclass or configure" in done.stderr and "OVERWRITE=1" in done.stderr
     assert edited.read_text() == "# my change\n"
     assert upgrade(repos, OVERWRITE="1").returncode == 0 and kit_says(repos) == "# 1.1.0\n"
 
