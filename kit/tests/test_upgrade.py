@@ -122,7 +122,8 @@ class Owner:
             tar.extractall(folder)
         git("init", "-q", cwd=folder)
         self.env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-        self.env.pop("PYTEST_XDIST_WORKER", None)
+        for name in ("PYTEST_XDIST_WORKER", "PROJ_DEBUG"):  # a user's shell: errors as a user sees them
+            self.env.pop(name, None)
 
     def make(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
         done = subprocess.run(
