@@ -1,29 +1,15 @@
-# `make train` and `make test` are all a new user needs: both create the environment first.
+# `make train` and `make test` are all a new user needs: both create the environment first. This
+# file holds the project's own targets; the kit's (install, test-kit, lint, cluster, rename,
+# upgrade-kit, clean, ...) are in kit/kit.mk, which comes with the kit. `make help` lists both.
 .DEFAULT_GOAL := help
-SHELL := bash
-UV := $(shell command -v uv 2>/dev/null || echo .tools/bin/uv)
-RUN := $(UV) run --frozen --no-sync
 CONFIG ?= configs/digits.yaml
-# Test files run in parallel, one worker per core (at most 4; a third worker on 2 cores made the
-# suite slower), each file's tests in one worker so they share its module fixtures; in file order
-# (starting the longest files first made it slower: 797 s against 691 s), except for `make
-# test-shuffled`. The 20 slowest are listed at the end, against the 10-minute budget of `make test`.
-PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile --durations=20
-PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
-.PHONY: help install train test test-kit test-fast test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename upgrade-kit clean
+include kit/kit.mk
+
+.PHONY: help train test test-fast
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
-
-.tools/bin/uv:
-	python3 -m venv .tools && .tools/bin/pip install --quiet "uv>=0.5"
-
-.venv/.installed: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --locked
-	@touch $@
-
-install: .venv/.installed ## create .venv from uv.lock (installs uv first if missing)
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 train: install ## train the offline default (digits), then test its best checkpoint
 	$(RUN) python -m proj fit --config $(CONFIG)
@@ -31,79 +17,5 @@ train: install ## train the offline default (digits), then test its best checkpo
 test: install ## this project's tests (tests/): its configs, models, data, README and notebooks
 	$(PYTEST)
 
-# The kit's own tests run on a tiny project of their own (kit/tests/tinyproj), with kit/pyproject.toml's
-# pytest settings: the kit is tested as it ships, whatever this project's code is.
-test-kit: install ## the kit's tests (kit/tests): the CLI, checks, resume, preemption, DDP, sweeps, export
-	$(PYTEST) kit/tests
-
 test-fast: install ## the edit loop: skips tests marked slow
 	$(PYTEST) -m "not slow"
-
-# The tests marked `cluster` (which `make test` and `make test-kit` leave out) submit jobs to the local
-# cluster, four at a time, as most of their time is waiting: the kit's (kit/tests/test_cluster.py says
-# how they are dealt to the workers) and, beside them, this project's documented job scripts
-# (tests/test_cluster.py; its output follows the kit's). A cluster that does not start fails here, with
-# its message. It has two nodes, for the job that spans both.
-test-cluster: export NODES = 2
-test-cluster: export SLURM_CONF = $(CURDIR)/.cluster/slurm/slurm.conf
-test-cluster: install cluster ## the Slurm and PostgreSQL tests, on a local cluster of two nodes (starts it)
-	$(RUN) pytest -p no:randomly -m cluster -n 2 --dist load tests >.cluster/test-project.log 2>&1 & \
-	project=$$!; \
-	$(RUN) pytest -p no:randomly -m cluster -n 4 --dist load kit/tests; kit=$$?; \
-	wait $$project; project=$$?; cat .cluster/test-project.log; \
-	test $$kit = 0 && test $$project = 0
-
-cluster: ## start a Slurm cluster of NODES nodes (default 1) and a PostgreSQL server here (.cluster/; prints the --storage URL)
-	scripts/cluster.sh start
-
-cluster-stop: ## stop what `make cluster` started
-	scripts/cluster.sh stop
-
-# A test that passes only in one order, or at one thread count, fails here. pytest-randomly prints
-# the seed it shuffled with; `make test-shuffled SEED=N` repeats that order; SUITES=kit/tests shuffles
-# the kit's alone.
-SUITES ?= tests kit/tests
-test-shuffled: install ## the fast tests of both suites again at 2 threads a process, in a random order
-	for suite in $(SUITES); do \
-	  OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) $$suite || exit 1; \
-	done
-
-# The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, checkpoint state, kill
-# times, sweep files, names, ...; test_preprocessing.py: preprocessing specs and files; test_serve.py: a
-# server's bad requests) and this project's (tests/test_fuzz*.py: image-folder trees). `make test` and
-# `make test-kit` run a few hundred cases of each (a few kills); this runs FUZZ_EXAMPLES of each.
-FUZZ_EXAMPLES ?= 5000
-fuzz: install ## the fuzzers with many more cases (FUZZ_EXAMPLES=5000)
-	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 kit/tests/test_fuzz*.py kit/tests/test_preprocessing.py
-	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 kit/tests/test_serve.py -k fuzz
-	PROJ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(RUN) pytest -n 0 tests/test_fuzz*.py
-
-lint: install ## ruff lint and format check
-	$(RUN) ruff check .
-	$(RUN) ruff format --check .
-
-format: install ## apply ruff's fixes and formatting
-	$(RUN) ruff check --fix .
-	$(RUN) ruff format .
-
-# The full mlflow (its server and UI, 300 MB) at the version of the locked client, whose store schema
-# it must match, in an environment of uv's own: .venv keeps only the client.
-mlflow-ui: install ## MLflow's UI on the runs logged with configs/logger/mlflow.yaml (http://127.0.0.1:5000)
-	version=$$($(RUN) python -c "from importlib.metadata import version; print(version('mlflow-skinny'))") && \
-		$(RUN) --with "mlflow==$$version" mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db
-
-rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject (then re-locks)
-	python3 scripts/rename.py "$(NAME)"
-	$(UV) lock
-
-# The kit (kit/) is the template's machinery: replaced whole by another version's, never merged, so
-# an upgrade cannot conflict. Then uv.lock is made again and TESTS (default: test) run.
-#   make upgrade-kit REF=v1.2.0                      # from the remote `template` (else `origin`)
-#   make upgrade-kit REF=main FROM=https://github.com/<owner>/<template>.git
-TESTS ?= test
-upgrade-kit: | $(UV) ## replace kit/ with the template's at REF (FROM: its repository), relock, run the tests
-	UV=$(UV) python3 kit/scripts/upgrade.py "$(REF)" $(if $(FROM),--from "$(FROM)") --tests "$(TESTS)"
-
-clean: cluster-stop ## remove the environment, caches, runs/ and .cluster/ (data/ is kept)
-	rm -rf .cluster .venv .tools .pytest_cache .ruff_cache runs lightning_logs
-	find . -name __pycache__ -type d -prune -exec rm -rf {} +

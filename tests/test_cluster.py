@@ -1,7 +1,7 @@
 """The template's own Slurm scripts on the local Slurm cluster and PostgreSQL server of `make cluster`
 (`make test-cluster` starts them), run as the README and the scripts' headers show them:
-`sbatch scripts/slurm.sbatch configs/digits.yaml ...` over 2 tasks, and scripts/sweep.sbatch as a job
-array of workers sharing a PostgreSQL study. What the kit does in such jobs (requeue, time limits,
+`sbatch kit/scripts/slurm.sbatch configs/digits.yaml ...` over 2 tasks, and kit/scripts/sweep.sbatch as
+a job array of workers sharing a PostgreSQL study. What the kit does in such jobs (requeue, time limits,
 scancel, DDP over nodes, sweeps on PostgreSQL) is tested on its tiny project, in
 kit/tests/test_cluster.py. Never skipped: without the cluster they fail."""
 
@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # `make test-cluster` names the checkout's cluster; the tests find it there too.
 SLURM_CONF = Path(os.environ.get("SLURM_CONF") or ROOT / ".cluster" / "slurm" / "slurm.conf")
 POSTGRES = "postgresql://postgres@127.0.0.1:15432"
+# The kit's job scripts, submitted by path from a folder laid out as the checkout is.
+SCRIPTS = ROOT / "kit" / "scripts"
 ENV = {
     **os.environ,
     "SLURM_CONF": str(SLURM_CONF),
@@ -33,7 +35,7 @@ ENV = {
     # The nodes node1 and node2 of `make test-cluster` resolve nowhere: rank 0 is found here instead.
     "MASTER_ADDR": "127.0.0.1",
 }
-# One CPU process: a job of scripts/slurm.sbatch as the README shows it for the local cluster.
+# One CPU process: a job of kit/scripts/slurm.sbatch as the README shows it for the local cluster.
 ONE_TASK = ["--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
 CPU = ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--trainer.enable_progress_bar=false"]
 # Columns of metrics.csv that measure the machine, not the training.
@@ -57,11 +59,13 @@ def cluster() -> None:
 
 
 def workdir(tmp_path: Path, name: str) -> Path:
-    """A folder to submit from, as the checkout is: configs/ and scripts/ beside runs/."""
+    """A folder to submit from, as the checkout is: configs/, kit/ (the job scripts find the
+    environment with kit/scripts/find_python.sh) and pyproject.toml (which names the package) beside
+    runs/."""
     folder = tmp_path / name
     (folder / "runs").mkdir(parents=True)
-    (folder / "configs").symlink_to(ROOT / "configs")
-    (folder / "scripts").symlink_to(ROOT / "scripts")
+    for shared in ("configs", "kit", "pyproject.toml"):
+        (folder / shared).symlink_to(ROOT / shared)
     return folder
 
 
@@ -77,7 +81,7 @@ def fit_job(
     folder: Path, *args: str, options: tuple[str, ...] = tuple(ONE_TASK), env: dict[str, str] = ENV
 ) -> str:
     return sbatch(
-        folder, *options, str(ROOT / "scripts" / "slurm.sbatch"), config("digits.yaml"), *CPU, *args, env=env
+        folder, *options, str(SCRIPTS / "slurm.sbatch"), config("digits.yaml"), *CPU, *args, env=env
     )
 
 
@@ -173,7 +177,7 @@ def check_study(name: str, url: str, n_trials: int, outputs: list[str], folder: 
 def test_a_job_array_of_sweep_workers_shares_a_postgresql_study(tmp_path, database):
     folder = workdir(tmp_path, "array")
     sweep = write_sweep(folder, "array", n_trials=3)
-    array = sbatch(folder, "--array=0-2", "--cpus-per-task=1", str(ROOT / "scripts/sweep.sbatch"), str(sweep),
+    array = sbatch(folder, "--array=0-2", "--cpus-per-task=1", str(SCRIPTS / "sweep.sbatch"), str(sweep),
                    "--storage", database)  # fmt: skip
     tasks = [f"{array}_{i}" for i in range(3)]
     infos = [wait_until_done(task) for task in tasks]
@@ -201,7 +205,7 @@ def test_two_tasks_on_one_node_train_digits_in_one_run_directory(tmp_path):
 
 
 def test_the_documented_line_from_a_fresh_shell_trains_a_new_run_beside_a_finished_one(tmp_path):
-    """`sbatch scripts/slurm.sbatch configs/digits.yaml` as the README's reader types it, in a shell
+    """`sbatch kit/scripts/slurm.sbatch configs/digits.yaml` as the README's reader types it, in a shell
     where neither uv nor an environment is active (the job finds the checkout's .venv), in a checkout
     that already holds a finished run of the experiment: the second job trains a run of its own, where
     `--ckpt_path auto` resumed the finished run and trained nothing."""

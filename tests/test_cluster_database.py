@@ -1,4 +1,4 @@
-"""`make cluster`'s database server as `scripts/cluster.sh` makes it (PostgreSQL, installed as the
+"""`make cluster`'s database server as `kit/scripts/cluster.sh` makes it (PostgreSQL, installed as the
 cluster tests need it; Slurm is not needed here)."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ def test_the_database_server_is_utf8_when_started_without_a_locale(tmp_path):
     databases, whose text SQLAlchemy's driver returns as bytes: a sweep on them failed with a
     traceback inside SQLAlchemy. A server of its own on another port, started as such a shell would."""
     checkout = tmp_path / "checkout"
-    (checkout / "scripts").mkdir(parents=True)
-    shutil.copy2(ROOT / "scripts" / "cluster.sh", checkout / "scripts" / "cluster.sh")
+    (checkout / "kit" / "scripts").mkdir(parents=True)
+    shutil.copy2(ROOT / "kit" / "scripts" / "cluster.sh", checkout / "kit" / "scripts")
+    script = "kit/scripts/cluster.sh"
     bare = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PG_PORT": "15439"}
     started = subprocess.run(
-        ["bash", "scripts/cluster.sh", "postgres"], cwd=checkout, env=bare, capture_output=True, text=True
+        ["bash", script, "postgres"], cwd=checkout, env=bare, capture_output=True, text=True
     )
     try:
         assert started.returncode == 0, started.stderr
@@ -32,6 +33,6 @@ def test_the_database_server_is_utf8_when_started_without_a_locale(tmp_path):
             rows = connection.execute(
                 "SELECT datname, pg_encoding_to_char(encoding) FROM pg_database"
             ).fetchall()
-        assert dict(rows) == {name: "UTF8" for name in ("postgres", "proj", "template0", "template1")}
+        assert dict(rows) == {name: "UTF8" for name in ("postgres", "sweeps", "template0", "template1")}
     finally:
-        subprocess.run(["bash", "scripts/cluster.sh", "stop"], cwd=checkout, env=bare, capture_output=True)
+        subprocess.run(["bash", script, "stop"], cwd=checkout, env=bare, capture_output=True)

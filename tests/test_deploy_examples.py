@@ -1,4 +1,4 @@
-"""The documented deploy examples (examples/, as docs/export.md shows them) run as a deployment runs
+"""The documented deploy examples (kit/examples/, as kit/docs/export.md shows them) run as a deployment runs
 them and answer as ``predict`` does on every file, for the digits and for an image folder of
 non-square files (whose evaluation resizes the shorter side and crops the centre; model.json says
 so, and the examples read it from there alone). classify_image.py runs in a virtual environment of
@@ -29,7 +29,7 @@ from projkit.testing import ServedExport
 from conftest import ROOT, TINY_FIT, config, write_png
 from proj import main
 
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "kit" / "examples"
 # What classify_image.py imports; the environment gets these and what they depend on, no more.
 DEPLOYED = ("numpy", "pillow", "onnxruntime")
 

@@ -1,6 +1,7 @@
-"""The README and docs/ stay true: every relative link resolves (the file, and an ``#anchor`` to one
-of its headings as GitHub names them), and every ``python -m proj …`` line of their bash blocks is
-one the CLI accepts."""
+"""The README and docs/, and the kit's pages (kit/README.md, kit/docs/), stay true: every relative
+link resolves (the file, and an ``#anchor`` to one of its headings as GitHub names them), and every
+``python -m proj …`` line of their bash blocks is one the CLI accepts (the kit's pages write it
+``python -m <package> …``: the kit names no project)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 
 from conftest import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+KIT_PAGES = [ROOT / "kit" / "README.md", *sorted((ROOT / "kit" / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *KIT_PAGES]
 FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.M | re.S)
 LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 # A fenced block right after `<!-- file: PATH -->` is the whole content of the file at PATH.
@@ -79,10 +81,12 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
 
 
 def proj_commands() -> list[tuple[str, dict[str, str], list[str]]]:
-    """Each ``python -m proj`` line of the pages' bash blocks: (where, environment, arguments)."""
+    """Each ``python -m proj`` line of the pages' bash blocks (``python -m <package>`` on the kit's
+    pages): (where, environment, arguments)."""
     commands = []
     for page in PAGES:
         text = page.read_text()
+        package = "<package>" if page in KIT_PAGES else "proj"
         for block in re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S):
             for line in block.replace("\\\n", " ").splitlines():
                 words = shlex.split(line, comments=True)
@@ -93,12 +97,12 @@ def proj_commands() -> list[tuple[str, dict[str, str], list[str]]]:
                     env[name] = value
                 if words[-1:] == ["&"]:
                     words.pop()
-                if words[:3] in (["python", "-m", "proj"], ["python3", "-m", "proj"]):
+                if words[:3] in (["python", "-m", package], ["python3", "-m", package]):
                     if (env, words[3:]) not in [(e, a) for _, e, a in commands]:  # each once
                         commands.append((where, env, words[3:]))
-                elif "proj" in words:
-                    # proj started some other way, which no check here covers
-                    raise AssertionError(f"{where}: not a `python -m proj …` line")
+                elif package in words:
+                    # the package started some other way, which no check here covers
+                    raise AssertionError(f"{where}: not a `python -m {package} …` line")
     return commands
 
 

@@ -1,6 +1,6 @@
 """`python -m proj export` of the template's models: the digits classifier, the other image networks
 and the character GPT, whose artifacts compute what their checkpoint computes on the test split and
-run without the template, through the examples of examples/ that docs/export.md shows. Export's
+run without the template, through the examples of kit/examples/ that kit/docs/export.md shows. Export's
 machinery (model.json, the check, the refusals, a compiled network) is tested on the kit's tiny
 project, in kit/tests/test_export.py."""
 
@@ -28,7 +28,7 @@ from proj.data import DigitsDataModule
 from proj.models import ImageClassifier, LanguageModel
 from proj.nets import MLP, TorchvisionNet
 
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "kit" / "examples"
 DIGITS = ("--config", config("digits.yaml"))
 VERSE = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n" * 60
 TEXT = ("--config", config("shakespeare_char_cpu.yaml"), "--data.init_args.path=verse.txt")
@@ -209,7 +209,7 @@ def test_artifacts_and_examples_run_without_the_template(digits_export, text_exp
     ]
     driver = f"""
 import contextlib, io, json, runpy, sys
-sys.path.insert(0, {str(EXAMPLES)!r})  # the script's folder, as `python examples/x.py` has it
+sys.path.insert(0, {str(EXAMPLES)!r})  # the script's folder, as `python kit/examples/x.py` has it
 outputs = []
 for script, argv in {[(str(EXAMPLES / s), a) for s, a in runs]!r}:
     sys.argv = [script, *argv]
@@ -248,8 +248,8 @@ print(json.dumps({{"outputs": outputs, "imported": imported}}))
     "example", ["classify_image.py", "generate_text.py", "predict_pt2.py", "preprocess.py"]
 )
 def test_docs_show_each_example_as_it_is(example):
-    page = (ROOT / "docs" / "export.md").read_text()
-    block = re.search(rf"<!-- example: examples/{example} -->\n```python\n(.*?\n)```", page, re.S)
+    page = (ROOT / "kit" / "docs" / "export.md").read_text()
+    block = re.search(rf"<!-- example: kit/examples/{example} -->\n```python\n(.*?\n)```", page, re.S)
     assert block and block.group(1) == (EXAMPLES / example).read_text()
     limit = {"classify_image.py": 20, "generate_text.py": 25}.get(example)
     assert limit is None or len(block.group(1).splitlines()) <= limit

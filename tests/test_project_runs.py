@@ -1,5 +1,5 @@
 """What this project ships around the kit's runs: the README's environment, the character GPT's
-samples in a short run, the debug overlays and scripts/torchrun.sh. (The run directories, resumes,
+samples in a short run, the debug overlays and kit/scripts/torchrun.sh. (The run directories, resumes,
 preemption, divergence and DDP themselves are the kit's: kit/tests/.)"""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_two_torchrun_nodes_train_as_one_job(workdir):
-    """scripts/torchrun.sh launched twice as on two machines (here both on 127.0.0.1, sharing the run
+    """kit/scripts/torchrun.sh launched twice as on two machines (here both on 127.0.0.1, sharing the run
     folder as a cluster's shared file system would), one process each."""
     # 1,251 training samples: 10 batches of 64 per node.
     fit = ["--trainer.accelerator=cpu", "--trainer.devices=1", "--trainer.max_epochs=1",
@@ -86,7 +86,7 @@ def test_two_torchrun_nodes_train_as_one_job(workdir):
     }
     nodes = [
         subprocess.Popen(
-            ["bash", str(ROOT / "scripts" / "torchrun.sh"), config("digits.yaml"), *fit],
+            ["bash", str(ROOT / "kit" / "scripts" / "torchrun.sh"), config("digits.yaml"), *fit],
             cwd=workdir,
             env={**os.environ, **cluster, "NODE_RANK": str(rank), "PYTHON": sys.executable},
             stdout=subprocess.PIPE,

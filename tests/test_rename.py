@@ -16,7 +16,7 @@ from conftest import ROOT, copy_repo
 
 
 def load_rename_script():
-    spec = importlib.util.spec_from_file_location("rename", ROOT / "scripts" / "rename.py")
+    spec = importlib.util.spec_from_file_location("rename", ROOT / "kit" / "scripts" / "rename.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,7 +42,8 @@ def readme(name: str) -> str:
 @pytest.fixture
 def template(tmp_path: Path) -> Path:
     """A miniature of the template, with the folders the rename must leave alone."""
-    write(tmp_path / "pyproject.toml", f'name = "{OLD}"\ndependencies = [\n    "torch>=2.6",\n]\n')
+    # The script takes the name to replace from here, as the kit finds a checkout's package.
+    write(tmp_path / "pyproject.toml", f'[project]\nname = "{OLD}"\ndependencies = [\n    "torch>=2.6",\n]\n')
     write(tmp_path / "src" / OLD / "__main__.py", f"from {OLD}.cli import main\r\n")
     write(tmp_path / "README.md", readme(OLD))
     for untouchable in UNTOUCHABLE:
@@ -106,7 +107,7 @@ def test_renamed_copy_keeps_no_old_name_lints_tests_and_trains(tmp_path):
     projects = words_starting_with_project(copy)
     kit = digests(copy / "kit")
     renamed = subprocess.run(
-        [sys.executable, "scripts/rename.py", NEW], cwd=copy, capture_output=True, text=True, timeout=60
+        [sys.executable, "kit/scripts/rename.py", NEW], cwd=copy, capture_output=True, text=True, timeout=60
     )
     assert renamed.returncode == 0, renamed.stderr
     assert "uv lock" in renamed.stdout

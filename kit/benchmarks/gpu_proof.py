@@ -335,7 +335,7 @@ def environment(proof: Proof, stage: Stage) -> None:
     except ImportError as error:
         raise StageFailed(
             f"cannot import projkit.cli ({error}): install the wheels kit/benchmarks/gpu_wheels.sh "
-            "downloads and put kit/src and src on PYTHONPATH (docs/benchmarks.md)"
+            "downloads and put kit/src and src on PYTHONPATH (kit/docs/benchmarks.md)"
         ) from None
     if proof.smoke and proof.corpus is None:
         proof.corpus = proof.work / "verse.txt"

@@ -2,7 +2,7 @@
 # For a GPU machine without network whose Python has torch, Lightning and the rest of what `fit`
 # imports (a cluster's image, say) but not jsonargparse and the two packages its signatures extra adds
 # (docstring-parser, typeshed-client): downloads those wheels here, at the versions uv.lock pins, into
-# .whl/ (ignored by .gitignore), to copy over with the checkout. docs/benchmarks.md says how to use them.
+# .whl/ (ignored by .gitignore), to copy over with the checkout. kit/docs/benchmarks.md says how to use them.
 #   bash kit/benchmarks/gpu_wheels.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."  # the checkout: its uv.lock, and .whl/ beside it

@@ -2,8 +2,8 @@
 the kit's machinery as `python -m tinyproj` jobs: DDP over 2 tasks and over 2 nodes, a requeued job
 resuming to the uninterrupted job's very weights, a time limit the job saves and requeues itself
 before, scancel, and sweeps whose workers share a PostgreSQL study, started together and as a job
-array. The jobs run scripts the tests write (``JOB``, ``SWEEP_JOB``), shaped as a project's
-scripts/slurm.sbatch and scripts/sweep.sbatch are. Never skipped: without the cluster they fail."""
+array. The jobs run scripts the tests write (``JOB``, ``SWEEP_JOB``), shaped as
+kit/scripts/slurm.sbatch and kit/scripts/sweep.sbatch are. Never skipped: without the cluster they fail."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def cluster() -> None:
         )
 
 
-# A project's training job (its scripts/slurm.sbatch): one task per device, DDP over the job's tasks
+# A project's training job (kit/scripts/slurm.sbatch): one task per device, DDP over the job's tasks
 # and nodes, `--ckpt_path auto` so that a requeued job resumes; the experiment and flags follow.
 JOB = """#!/usr/bin/env bash
 #SBATCH --job-name=tinyproj
@@ -72,7 +72,7 @@ set -euo pipefail
 srun "$PYTHON" -m tinyproj fit --config "$1" --trainer.strategy=ddp --ckpt_path auto \\
   --trainer.num_nodes="$SLURM_JOB_NUM_NODES" --trainer.devices="$SLURM_NTASKS_PER_NODE" "${@:2}"
 """
-# A project's sweep worker as a job array task (its scripts/sweep.sbatch).
+# A project's sweep worker as a job array task (kit/scripts/sweep.sbatch).
 SWEEP_JOB = """#!/usr/bin/env bash
 #SBATCH --job-name=tinyproj-sweep
 #SBATCH --ntasks=1

@@ -251,7 +251,7 @@ def test_an_export_without_a_checkpoint_or_with_an_unknown_format_is_refused(
 
 @pytest.mark.slow
 def test_the_artifacts_run_with_onnxruntime_or_torch_alone(classify_export, lm_export, workdir):
-    """What model.json and docs/export.md tell a deployer, in a fresh process that imports neither
+    """What model.json and kit/docs/export.md tell a deployer, in a fresh process that imports neither
     the project, the kit nor Lightning: pixels in [0, 1] into either artifact give the checkpoint's
     classes, and greedy decoding by the vocabulary gives the checkpoint's continuation."""
     _, image_folder, _ = classify_export

@@ -4,9 +4,9 @@ A data module states its evaluation preprocessing as a ``Preprocessing`` (its ``
 attribute or property) and applies it itself to the images it predicts on; ``export`` writes the same
 object into ``model.json`` (``describe``), and ``serve`` reads it back (``from_description``) and
 applies it with this same code. Each step is one Pillow or numpy call that a deployment repeats from
-``model.json`` alone, byte for byte (docs/export.md's examples do): so a file gets the same answer
-from ``predict``, from ``serve`` and from the examples. Only numpy and Pillow are imported here: the
-server's HTTP processes preprocess without torch.
+``model.json`` alone, byte for byte (the examples of kit/docs/export.md, in kit/examples/, do): so a
+file gets the same answer from ``predict``, from ``serve`` and from the examples. Only numpy and
+Pillow are imported here: the server's HTTP processes preprocess without torch.
 """
 
 from __future__ import annotations

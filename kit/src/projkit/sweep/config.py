@@ -82,7 +82,7 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepConfigError(f"{path}: a sweep config is a mapping of fields (configs, space, metric, ...)")
     if "method" in spec or "command" in spec:
         raise SweepConfigError(
-            f"{path}: this is a W&B sweep spec; run it with `wandb sweep {path}` (see docs/sweeps.md)."
+            f"{path}: this is a W&B sweep spec; run it with `wandb sweep {path}` (see kit/docs/sweeps.md)."
         )
 
     def fail(field: str, problem: str) -> SweepConfigError:

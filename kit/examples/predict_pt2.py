@@ -1,6 +1,6 @@
 """Classify image files with model.pt2 in plain PyTorch: torch.export.load needs neither this
 template nor Lightning, only torch (and numpy and Pillow to prepare the files: preprocess.py).
-    python examples/predict_pt2.py runs/digits/version_0/export/last a.png b.png c.png"""
+    python kit/examples/predict_pt2.py runs/digits/version_0/export/last a.png b.png c.png"""
 
 import io
 import json

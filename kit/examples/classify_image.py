@@ -1,6 +1,6 @@
 """Classify one image file with an exported image model: onnxruntime, numpy and Pillow, no template.
 The file is prepared as model.json says (preprocess.py), as `predict` prepares it.
-python examples/classify_image.py runs/digits/version_0/export/last digit.png"""
+python kit/examples/classify_image.py runs/digits/version_0/export/last digit.png"""
 
 import json
 import sys

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # A Slurm cluster and a PostgreSQL server on this machine, to rehearse a cluster job or a sweep of many
 # workers before spending a real cluster's queue on it (`make cluster`, `make cluster-stop`).
-#   scripts/cluster.sh start   installs slurm-wlm and munge when missing (Debian, as root), starts munged,
-#                              slurmctld, one slurmd per node and postgres; prints sinfo and the --storage URL
-#   scripts/cluster.sh postgres starts postgres alone (a sweep's --storage needs no Slurm)
-#   scripts/cluster.sh stop    stops them, by the PIDs they wrote
-#   scripts/cluster.sh install only installs what is missing (CI does it while the other tests run)
+#   kit/scripts/cluster.sh start    installs slurm-wlm and munge when missing (Debian, as root), starts munged,
+#                                   slurmctld, one slurmd per node and postgres; prints sinfo and the --storage URL
+#   kit/scripts/cluster.sh postgres starts postgres alone (a sweep's --storage needs no Slurm)
+#   kit/scripts/cluster.sh stop     stops them, by the PIDs they wrote
+#   kit/scripts/cluster.sh install  only installs what is missing (CI does it while the other tests run)
 # Everything lives in .cluster/ of the checkout (ignored by git): configs, state, logs, the munge key
-# and the database (UTF-8, whatever the locale). Starting again leaves running daemons alone. Only loopback addresses are used.
+# and the database `sweeps` (UTF-8, whatever the locale). Starting again leaves running daemons alone.
+# Only loopback addresses are used.
 # NODES (default 1) slurmd daemons play as many nodes, each on a port of its own: one is named localhost,
 # more are node1, node2, ... (which need MASTER_ADDR=127.0.0.1 in a job's environment: Lightning takes
 # the first node's name as the address of rank 0, and these names resolve nowhere).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.." # the checkout, whatever the folder it is started from
 root=$(pwd)/.cluster
 nodes=${NODES:-1}
 cpus=${CLUSTER_CPUS:-8}
@@ -20,6 +21,9 @@ ctld_port=${SLURMCTLD_PORT:-16817}
 node_port=${SLURMD_PORT:-16818}
 pg_port=${PG_PORT:-15432}
 pg_bin=${PG_BIN:-/usr/lib/postgresql/15/bin}
+# The cluster's and the database's names: the kit's, the same in every project.
+cluster_name=local
+database=sweeps
 export SLURM_CONF=$root/slurm/slurm.conf
 
 fail() {
@@ -80,8 +84,8 @@ write_slurm_conf() {
   [[ $nodes -gt 1 ]] && names="node[1-$nodes]"
   {
     cat <<EOF
-# Written by scripts/cluster.sh: a cluster of $nodes node(s) on this machine, for rehearsals.
-ClusterName=proj
+# Written by kit/scripts/cluster.sh: a cluster of $nodes node(s) on this machine, for rehearsals.
+ClusterName=$cluster_name
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmUser=$(id -un)
@@ -130,8 +134,11 @@ start_slurm() {
     [[ $(conf_nodes) -eq $nodes ]] || fail "a cluster of $(conf_nodes) node(s) is running, not $nodes; \
 stop it first: make cluster-stop, then NODES=$nodes make cluster"
   else
-    # The saved state of a cluster of another size names nodes this one lacks: it is not kept.
+    # The saved state of a cluster of another size names nodes this one lacks, and slurmctld refuses
+    # that of another name (an earlier kit's cluster): neither is kept.
     [[ -f $dir/slurm.conf && $(conf_nodes) -ne $nodes ]] && rm -rf "$dir/state" "$dir/spool"
+    [[ -f $dir/state/clustername && $(cat "$dir/state/clustername") != "$cluster_name" ]] &&
+      rm -rf "$dir/state" "$dir/spool"
     write_slurm_conf
     slurmctld -i 2>>"$dir/slurmctld.log" ||
       fail "slurmctld did not start; its log, $dir/slurmctld.log, ends with:
@@ -161,7 +168,7 @@ start_postgres() {
   if ! runuser -u postgres -- test -w "$(readlink -f "$dir")/"; then
     [[ -L $dir || -f $dir/data/PG_VERSION ]] && fail "the postgres user cannot write $dir"
     rm -rf "$dir"
-    ln -s "$(mktemp -d /tmp/proj-postgres.XXXXXX)" "$dir"
+    ln -s "$(mktemp -d /tmp/cluster-postgres.XXXXXX)" "$dir"
     chown postgres: "$dir/"
   fi
   dir=$(readlink -f "$dir") # the server itself goes by a path it can reach
@@ -179,13 +186,13 @@ $(log_tail "$dir/initdb.log")"
 $(log_tail "$dir/postgres.log")"
   fi
   if ! runuser -u postgres -- "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -tAc \
-    "SELECT 1 FROM pg_database WHERE datname = 'proj'" postgres | grep -q 1; then
-    runuser -u postgres -- "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -E UTF8 --locale=C -T template0 proj
+    "SELECT 1 FROM pg_database WHERE datname = '$database'" postgres | grep -q 1; then
+    runuser -u postgres -- "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -E UTF8 --locale=C -T template0 "$database"
   fi
   local encoding
   encoding=$(runuser -u postgres -- "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -tAc \
-    "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = 'proj'" postgres)
-  [[ $encoding == UTF8 ]] || fail "the database 'proj' in $dir is $encoding, not UTF8 (made by an earlier \
+    "SELECT pg_encoding_to_char(encoding) FROM pg_database WHERE datname = '$database'" postgres)
+  [[ $encoding == UTF8 ]] || fail "the database '$database' in $dir is $encoding, not UTF8 (made by an earlier \
 make cluster without LANG): make cluster-stop, then rm -rf $dir and make cluster again (its studies go)"
 }
 
@@ -221,14 +228,14 @@ start)
   sinfo
   echo
   echo "Slurm's commands find this cluster through: export SLURM_CONF=$SLURM_CONF"
-  echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/proj"
+  echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/$database"
   ;;
 postgres)
   # The database server alone: what a sweep's --storage needs, without Slurm.
   mkdir -p "$root"
   install_packages
   start_postgres
-  echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/proj"
+  echo "Sweep storage: --storage postgresql://postgres@127.0.0.1:$pg_port/$database"
   ;;
 stop)
   for f in "$root"/slurm/slurmd-*.pid; do
@@ -242,7 +249,7 @@ stop)
   stop_pid munged "$root/munge/munged.pid"
   ;;
 *)
-  echo "usage: scripts/cluster.sh start|postgres|stop|install" >&2
+  echo "usage: kit/scripts/cluster.sh start|postgres|stop|install" >&2
   exit 2
   ;;
 esac

@@ -1,5 +1,5 @@
 """Continue a prompt with an exported character GPT, by onnxruntime and numpy alone; temperature 0
-takes the most likely character each time: python examples/generate_text.py EXPORT_DIR "ROMEO:" 200 0.8"""
+takes the most likely character each time: python kit/examples/generate_text.py EXPORT_DIR "ROMEO:" 200 0.8"""
 
 import json
 import sys

@@ -1,12 +1,13 @@
-"""Rename the template's package: ``python scripts/rename.py mynewproject`` (or ``make rename NAME=…``).
+"""Rename the project's package: ``python kit/scripts/rename.py mynewproject`` (or ``make rename NAME=…``).
 
-Moves ``src/proj`` to ``src/<name>`` and rewrites ``proj`` wherever it stands as a whole
-word, so imports, ``python -m proj``, class paths in configs, ``pyproject.toml``, docs, tests,
-notebooks and CI all follow, while words that merely contain it ("project") are left alone. The kit
-(``kit/``, the template's machinery, ``projkit``) is never touched: it names no project, so that a
-later ``make upgrade-kit`` replaces it without a conflict. It is
-meant to be run once, on a fresh copy of the template: a later run would rewrite every whole word
-equal to the current name, including in prose.
+The package is the one the checkout's ``pyproject.toml`` names (its ``[project]`` name, a "-" read as
+"_", as ``projkit.project.of_checkout`` finds it): the kit names no project. Moves ``src/<package>`` to
+``src/<name>`` and rewrites the package's name wherever it stands as a whole word, so imports,
+``python -m <package>``, class paths in configs, ``pyproject.toml``, docs, tests, notebooks and CI all
+follow, while words that merely contain it are left alone. The kit (``kit/``, the template's
+machinery, ``projkit``) is never touched: it names no project, so that a later ``make upgrade-kit``
+replaces it without a conflict. It is meant to be run once, on a fresh copy of the template: a later
+run would rewrite every whole word equal to the current name, including in prose.
 
 Only the standard library is used, so it runs before any environment exists. ``uv.lock`` is not
 edited: it records the project's name, so it has to be regenerated with ``uv lock`` afterwards
@@ -22,12 +23,24 @@ import re
 import sys
 from pathlib import Path
 
-OLD = "proj"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Environments, caches and run outputs: never the project's own text, and often large.
 SKIP_ANYWHERE = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ipynb_checkpoints"}
 SKIP_AT_ROOT = {".venv", ".tools", "runs", "data", "wandb", "lightning_logs", "build", "dist", "kit"}
 SKIP_FILES = {"uv.lock"}
+
+
+def package_name(root: Path) -> str:
+    """The package of the checkout at ``root``: its pyproject.toml's ``[project]`` name, "-" as "_"
+    (empty when it names none)."""
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    found = re.search(r'(?ms)^\[project\][ \t]*\n(?:(?!^\[).)*?^name\s*=\s*"([^"]+)"', text)
+    return found[1].replace("-", "_") if found else ""
+
+
+# The package as this checkout names it now (the tests spell the old name through it).
+OLD = package_name(ROOT)
 
 
 def dependencies(pyproject: Path) -> set[str]:
@@ -49,14 +62,17 @@ def check_name(name: str, root: Path) -> str | None:
         )
     if keyword.iskeyword(name):
         return f"'{name}' is a Python keyword, which cannot be imported as a package"
-    if name == OLD:
-        return f"the package is already called '{OLD}'"
+    old = package_name(root)
+    if not old:
+        return f"{root / 'pyproject.toml'} names no [project]: not a project's checkout"
+    if name == old:
+        return f"the package is already called '{old}'"
     if name in sys.stdlib_module_names:
         return f"'{name}' is a standard-library module: `import {name}` would find that one instead"
     if name in dependencies(root / "pyproject.toml"):
         return f"'{name}' is a package this project depends on: the two would shadow each other"
-    if not (root / "src" / OLD).is_dir():
-        return f"{root / 'src' / OLD} does not exist: this copy has already been renamed"
+    if not (root / "src" / old).is_dir():
+        return f"{root / 'src' / old} does not exist: pyproject.toml names a package this copy lacks"
     if (root / "src" / name).exists():
         return f"{root / 'src' / name} already exists: remove it or choose another name"
     return None
@@ -102,8 +118,9 @@ def rename(name: str, root: Path = ROOT) -> list[Path]:
     problem = check_name(name, root)
     if problem:
         raise ValueError(problem)
-    (root / "src" / OLD).rename(root / "src" / name)
-    pattern = re.compile(rf"\b{OLD}\b")
+    old = package_name(root)
+    (root / "src" / old).rename(root / "src" / name)
+    pattern = re.compile(rf"\b{re.escape(old)}\b")
     return [path for path in text_files(root) if rewrite(path, pattern, name)]
 
 
