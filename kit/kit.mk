@@ -89,11 +89,14 @@ rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject 
 
 # The kit (kit/) is the template's machinery: replaced whole by another version's, never merged, so
 # an upgrade cannot conflict. Then uv.lock is made again and TESTS (default: test) run.
-#   make upgrade-kit REF=v1.2.0                      # from the remote `template` (else `origin`)
-#   make upgrade-kit REF=main FROM=https://github.com/<owner>/<template>.git
+#   make upgrade-kit                                 # the newest release, from the remote `template` (else `origin`)
+#   make upgrade-kit VERSION=1.1.0                   # a release; REF=<branch, tag or commit> for any other
+#   make upgrade-kit FROM=https://github.com/<owner>/<template>.git
+# OVERWRITE=1 replaces a kit/ with local changes (lost); DOWNGRADE=1 takes an older version.
 TESTS ?= test
-upgrade-kit: | $(UV) ## replace kit/ with the template's at REF (FROM: its repository), relock, run the tests
-	UV=$(UV) python3 kit/scripts/upgrade.py $(if $(REF),"$(REF)") $(if $(VERSION),--version "$(VERSION)") $(if $(FROM),--from "$(FROM)") --tests "$(TESTS)" $(if $(OVERWRITE),--overwrite)
+upgrade-kit: | $(UV) ## replace kit/ with the template's newest release (VERSION=, REF=, FROM=), relock, test
+	UV=$(UV) python3 kit/scripts/upgrade.py $(if $(REF),"$(REF)") $(if $(VERSION),--version "$(VERSION)") \
+		$(if $(FROM),--from "$(FROM)") --tests "$(TESTS)" $(if $(OVERWRITE),--overwrite) $(if $(DOWNGRADE),--downgrade)
 
 clean: cluster-stop ## remove the environment, caches, runs/ and .cluster/ (data/ is kept)
 	rm -rf .cluster .venv .tools .pytest_cache .ruff_cache runs lightning_logs

@@ -16,9 +16,17 @@ import projkit
 
 # What kit 1.1.0 took into kit/: a project's copy of any of these is left from an older kit.
 MOVED = {
-    "scripts": ("cluster.sh", "slurm.sbatch", "sweep.sbatch", "torchrun.sh", "find_python.sh"),
+    "scripts": ("cluster.sh", "slurm.sbatch", "sweep.sbatch", "torchrun.sh", "find_python.sh", "rename.py"),
     "examples": ("preprocess.py", "classify_image.py", "predict_pt2.py", "generate_text.py"),
-    "docs": ("serving.md", "resuming.md", "sweeps.md", "export.md", "loggers.md", "clusters.md"),
+    "docs": (
+        "serving.md",
+        "resuming.md",
+        "sweeps.md",
+        "export.md",
+        "loggers.md",
+        "clusters.md",
+        "benchmarks.md",
+    ),
     "tests": ("launch.py", "bad_inputs.py"),
 }
 KIT_DEFAULTS = Path(projkit.__file__).with_name("defaults.yaml")
