@@ -19,7 +19,7 @@ def project_of_kit_1_0(root: Path) -> Path:
     for copy in ("scripts/slurm.sbatch", "docs/serving.md", "tests/launch.py"):
         (root / copy).parent.mkdir(exist_ok=True)
         (root / copy).write_text("# the older kit's copy\n")
-    (root / "Makefile").write_text("train:\n\tpython -m proj fit\n")
+    (root / "Makefile").write_text("train:\n\tpython -m mine fit\n")
     return defaults
 
 
