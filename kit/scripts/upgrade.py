@@ -91,12 +91,12 @@ def upgrade(args: argparse.Namespace) -> None:
     old = version_at(KIT)
     commit, how = choose(source, args.ref, args.version)
     new = source.version(commit)
+    check_unedited(source, old, args.overwrite)  # first: what the owner would lose
     if parse_version(new) < parse_version(old) and not args.downgrade:
         raise UpgradeError(
             f"{how} is projkit {new}, older than this project's {old}: that is a downgrade. "
             "Add DOWNGRADE=1 to take it (make upgrade-kit ... DOWNGRADE=1)."
         )
-    check_unedited(source, old, args.overwrite)
     old_tree, old_lock = kit_tree(), (ROOT / "uv.lock").read_bytes()
     replace_kit(commit)
     print(f"kit/: projkit {old} -> {new} ({how}: commit {commit[:12]} of {source.name})")
