@@ -222,9 +222,10 @@ class ProjectCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         check_config_files(self.config_files, parser)
-        args = self.command_line if isinstance(self.command_line, (list, tuple)) else []
-        check_special_files(args, parser)
-        check_environment_names(args, self.subcommands(), parser)
+        command_line = self.command_line if isinstance(self.command_line, (list, tuple)) else []
+        check_special_files(command_line, parser)
+        check_environment_names(command_line, self.subcommands(), parser)
+        # As given: None reads sys.argv, which Lightning warns about when it is passed in as well.
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if subcommand in OWN_SUBCOMMANDS:
