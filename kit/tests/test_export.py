@@ -154,6 +154,7 @@ def test_classifier_export_equals_the_checkpoint_and_describes_it(classify_expor
     assert spec["output"] == {"name": "logits", "shape": ["N", 4]}
     assert spec["normalisation"] == {"mean": [0.5], "std": [0.25], "inside_graph": True}
     saved = torch.load(ckpt, weights_only=True)
+    assert saved["projkit_version"] == projkit.__version__, "a checkpoint names the kit that wrote it"
     assert spec["checkpoint"] == {
         "path": str(ckpt.resolve()),  # deprecated in 1.1.0: checkpoint.file in 1.2.0
         "step": saved["global_step"],
