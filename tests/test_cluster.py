@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from projkit.testing import config
 
-from conftest import ROOT, config
+from conftest import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -9,6 +9,7 @@ import random
 import pytest
 import yaml
 from projkit.cli import STANDARD_CALLBACKS
+from projkit.testing import TINY_FIT, config
 
 from conftest import (
     CONFIGS,
@@ -17,9 +18,7 @@ from conftest import (
     OPTUNA_SWEEPS,
     OVERLAYS,
     ROOT,
-    TINY_FIT,
     WANDB_SWEEPS,
-    config,
     each_experiment,
     experiment_args,
 )

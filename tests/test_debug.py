@@ -5,8 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-
-from conftest import fit
+from projkit.testing import fit
 
 
 def logged(run, name: str) -> list[float]:

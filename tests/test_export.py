@@ -21,8 +21,9 @@ import onnxruntime
 import pytest
 import torch
 from PIL import Image
+from projkit.testing import TINY_FIT, config
 
-from conftest import ROOT, TINY_FIT, config
+from conftest import ROOT
 from proj import main
 from proj.data import DigitsDataModule
 from proj.models import ImageClassifier, LanguageModel

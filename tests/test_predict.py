@@ -13,8 +13,8 @@ import pytest
 import torch
 from PIL import Image
 from projkit.callbacks import PredictionFileWriter
+from projkit.testing import TINY_FIT, config, fit
 
-from conftest import TINY_FIT, config, fit
 from proj import main
 
 QUIET = ("--trainer.enable_progress_bar=false",)

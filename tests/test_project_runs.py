@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from projkit.testing import config, fit
 
-from conftest import ROOT, config, fit, small_gpt
+from conftest import ROOT, small_gpt
 from proj import main
 
 
