@@ -21,7 +21,7 @@ import torch
 from conftest import DEFAULTS, main
 from projkit.context import use
 from projkit.testing import config
-from projkit.testing.export import assert_same_as_checkpoint, export_of, fit_and_export
+from projkit.testing.export import assert_same_as_checkpoint, export_of, fit_and_export, variant
 from tinyproj import PROJECT
 from tinyproj.data import Blobs, Chars
 from tinyproj.models import Classifier, LanguageModel
@@ -59,21 +59,6 @@ def lm_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path_factory.mktemp("lm"))
         return fit_and_export(*LM)
-
-
-def variant(ckpt: Path, path: Path, net: dict | None = None, state: dict | None = None, **hparams) -> Path:
-    """A copy of checkpoint ``ckpt`` at ``path`` with another network (its config and weights, the
-    keys ``fit`` would save) or other hyperparameters."""
-    checkpoint = torch.load(ckpt, weights_only=True)
-    if net is not None:
-        hparams["net"] = net
-    if state is not None:
-        kept = {key: value for key, value in checkpoint["state_dict"].items() if not key.startswith("net.")}
-        checkpoint["state_dict"] = {**kept, **{f"net.{key}": value for key, value in state.items()}}
-    checkpoint["hyper_parameters"].update(hparams)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, path)
-    return path
 
 
 def test_help_lists_export(capsys):

@@ -83,3 +83,23 @@ def assert_same_as_checkpoint(
             assert got.shape == expected.shape, name
             assert (got - expected).abs().max().item() <= 1e-4, (name, size)
             assert torch.equal(got.argmax(-1), expected.argmax(-1)), (name, size)
+
+
+def variant(
+    ckpt: Path, path: Path, net: dict | None = None, state: dict | None = None, **hparams: Any
+) -> Path:
+    """A copy of checkpoint ``ckpt`` at ``path`` with another network (its config and weights, the
+    keys ``fit`` would save) or other hyperparameters: a checkpoint of a model the test need not
+    train (a large network's, fresh weights), for its export."""
+    import torch
+
+    checkpoint = torch.load(ckpt, weights_only=True)
+    if net is not None:
+        hparams["net"] = net
+    if state is not None:
+        kept = {key: value for key, value in checkpoint["state_dict"].items() if not key.startswith("net.")}
+        checkpoint["state_dict"] = {**kept, **{f"net.{key}": value for key, value in state.items()}}
+    checkpoint["hyper_parameters"].update(hparams)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
+    return path
