@@ -16,6 +16,7 @@ And from its modules, each for one kind of test:
 - ``projkit.testing.launch``: ``python -m <package>`` in a process forked from a preloaded server.
 - ``projkit.testing.fixtures``: the ``debug`` and ``workdir`` fixtures a conftest.py imports.
 - ``projkit.testing.bad_input``: the runner of a table of bad-input rows (``Case``).
+- ``projkit.testing.configs``: what a command's config files say, to check a setting's effect.
 - ``projkit.testing.export``: a fit exported, its artifacts compared with its checkpoint.
 - ``projkit.testing.cluster``: jobs on the local Slurm cluster and PostgreSQL of ``make cluster``.
 - ``projkit.testing.code``: no import cycle, no function or module too long to read.
