@@ -3,10 +3,11 @@ modules and models, and what the CLI must answer.
 
 Each row is one command line (after ``python -m proj``) with what it needs written first, the words
 its message must hold (the first is the message's key, which the errors page, kit/docs/errors.md,
-or the project's docs quote with its fix) and the exit code. ``test_bad_input.py`` runs every row; a
-test there checks the docs against the keys. Arguments may hold ``{digits}``, ``{text}`` (the text
-experiment's config), ``{corpus}`` (the tests' play, ``conftest.CORPUS``), ``{ckpt}`` (the baseline
-run's last checkpoint) and ``{dir}`` (the working folder).
+or the project's docs quote with its fix) and the exit code. ``test_bad_input.py`` runs every row with
+the kit's runner (``projkit.testing.bad_input``); a test there checks the docs against the keys.
+Arguments may hold ``{digits}``, ``{text}`` (the text experiment's config), ``{corpus}`` (the tests'
+play, ``conftest.CORPUS``), all three in ``bad_setups.VALUES``, and ``{ckpt}`` (the baseline run's
+last checkpoint) and ``{dir}`` (the working folder). The rows' pieces stand in ``bad_setups.py``.
 
 What the kit refuses whatever the project (the command line, config files, trainer settings,
 checkpoints, run names, ...) is the kit's own table, kit/tests/bad_inputs.py, run on its tiny project.
@@ -15,152 +16,22 @@ checkpoints, run names, ...) is the kit's own table, kit/tests/bad_inputs.py, ru
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
+from projkit.testing.bad_input import QUICK, Case, Payload, make_folder, write
 
-from conftest import CONFIGS, CORPUS
-
-# A few optimizer steps and test batches: a row that trains (today or by mistake) ends in seconds.
-QUICK = (
-    "--trainer.max_epochs=1",
-    "--trainer.limit_train_batches=2",
-    "--trainer.limit_val_batches=1",
-    "--trainer.limit_test_batches=1",
-    "--trainer.enable_progress_bar=false",
+from bad_setups import (
+    bad_image_folder,
+    cut_in_its_signature,
+    digits,
+    image_folder,
+    image_folder_fit,
+    one_class_folder,
+    text,
+    text_checkpoint,
+    val_class_train_lacks,
 )
-# The character GPT at 2 layers of 64 on the tests' play.
-SMALL_GPT = (
-    "--model.init_args.net.init_args.n_layer=2",
-    "--model.init_args.net.init_args.n_embd=64",
-    "--data.init_args.path={corpus}",
-)
-MARKER = "payload_ran"  # the file a crafted checkpoint's code would write into the working folder
-
-
-@dataclass(frozen=True)
-class Case:
-    kind: str
-    name: str
-    args: tuple[str, ...]
-    words: tuple[str, ...]
-    code: int = 2
-    setup: Callable[[Path, Path], None] | None = None  # (working folder, baseline checkpoint)
-    env: dict[str, str] = field(default_factory=dict)
-    slow: bool = False
-    cpu_only: bool = False  # a row about a machine without a GPU
-    new_run: bool = False  # the command starts a run before it is refused (its checkpoints stay)
-
-    def command(self, ckpt: Path, workdir: Path) -> list[str]:
-        values = {
-            "digits": str(CONFIGS / "digits.yaml"),
-            "text": str(CONFIGS / "shakespeare_char_cpu.yaml"),
-            "corpus": str(CORPUS),
-            "ckpt": str(ckpt),
-            "dir": str(workdir),
-        }
-        return [arg.format(**values) for arg in self.args]
-
-
-def digits(subcommand: str = "fit", *args: str) -> tuple[str, ...]:
-    return (subcommand, "--config", "{digits}", *QUICK, *args)
-
-
-def text(subcommand: str = "fit", *args: str) -> tuple[str, ...]:
-    return (subcommand, "--config", "{text}", *QUICK, *SMALL_GPT, *args)
-
-
-def write(name: str, content: str | bytes) -> Callable[[Path, Path], None]:
-    def setup(workdir: Path, ckpt: Path) -> None:
-        path = workdir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-
-    return setup
-
-
-def make_folder(name: str) -> Callable[[Path, Path], None]:
-    return lambda workdir, ckpt: (workdir / name).mkdir(parents=True, exist_ok=True)
-
-
-class Payload:
-    """Code hidden in a checkpoint: unpickling it writes the marker file, as any code could."""
-
-    def __reduce__(self):
-        return (Path.write_text, (Path(MARKER), "ran"))
-
-
-def text_checkpoint(make: Callable[[str], object]) -> Callable[[Path, Path], None]:
-    """A text checkpoint ``init.ckpt`` of the corpus's characters, made by ``make(vocab)``."""
-
-    def setup(workdir: Path, ckpt: Path) -> None:
-        vocab = "".join(sorted(set(CORPUS.read_text())))
-        torch.save(make(vocab), workdir / "init.ckpt")
-
-    return setup
-
-
-def image_folder(workdir: Path, ckpt: Path) -> None:
-    import numpy as np
-
-    from conftest import write_png
-
-    for label in (0, 1):
-        write_png(workdir / "imgs" / "train" / f"c{label}" / "0.png", np.full((4, 4), 255 * label))
-
-
-def bad_image_folder(workdir: Path, ckpt: Path) -> None:
-    """Two classes of three good PNGs in train/ (and one each in val/, test/), and three bad files
-    beside them: a truncated PNG, an empty one and a note saved under an image's name."""
-    import numpy as np
-
-    from conftest import write_png
-
-    for split, n in (("train", 3), ("val", 1), ("test", 1)):
-        for label in (0, 1):
-            for i in range(n):
-                write_png(
-                    workdir / "imgs" / split / f"c{label}" / f"{i}.png", np.full((8, 8), 200 * label + i)
-                )
-    good = (workdir / "imgs" / "train" / "c0" / "0.png").read_bytes()
-    (workdir / "imgs" / "train" / "c0" / "cut.png").write_bytes(good[: len(good) // 2])
-    (workdir / "imgs" / "train" / "c1" / "empty.png").write_bytes(b"")
-    (workdir / "imgs" / "val" / "c1" / "note.png").write_text("remember to label these\n")
-
-
-def cut_in_its_signature(workdir: Path, ckpt: Path) -> None:
-    """Found by tests/test_fuzz_trees.py: a PNG of its first 5 bytes was told to be converted to PNG."""
-    image_folder(workdir, ckpt)
-    path = workdir / "imgs" / "train" / "c1" / "0.png"
-    path.write_bytes(path.read_bytes()[:5])
-
-
-def one_class_folder(workdir: Path, ckpt: Path) -> None:
-    image_folder(workdir, ckpt)
-    shutil.rmtree(workdir / "imgs" / "train" / "c1")
-
-
-def val_class_train_lacks(workdir: Path, ckpt: Path) -> None:
-    image_folder(workdir, ckpt)
-    shutil.copytree(workdir / "imgs" / "train" / "c1", workdir / "imgs" / "val" / "fox")
-
-
-def image_folder_fit(*args: str) -> tuple[str, ...]:
-    return (
-        "fit",
-        "--config",
-        str(CONFIGS / "image_folder.yaml"),
-        *QUICK,
-        "--data.init_args.root=imgs",
-        *args,
-    )
-
+from conftest import CONFIGS
 
 CASES: list[Case] = [
     # Networks
@@ -510,7 +381,3 @@ CASES: list[Case] = [
         setup=text_checkpoint(lambda vocab: {"state_dict": {}, "hyper_parameters": {"vocab": Payload()}}),
     ),
 ]
-
-
-def ids() -> list[str]:
-    return [f"{case.kind}: {case.name}" for case in CASES]

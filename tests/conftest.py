@@ -1,33 +1,43 @@
-"""Shared test helpers: the shipped configs, a clean working folder, a copy of the repository,
-tiny copies of the downloadable datasets written in their real on-disk formats, folders of PNG
-files, a play the tests write for the text runs, and the real Tiny Shakespeare for the few tests
-about that corpus itself."""
+"""This project's test helpers: its shipped configs, a copy of the repository, tiny copies of the
+downloadable datasets written in their real on-disk formats, folders of PNG files, a play the tests
+write for the text runs, and the real Tiny Shakespeare for the few tests about that corpus itself.
+
+The harness (short runs of the configs, ``python -m proj`` processes, the bad-input runner, the
+``debug`` and ``workdir`` fixtures) is the kit's, ``projkit.testing``: `make upgrade-kit` brings its
+fixes here."""
 
 from __future__ import annotations
 
-import atexit
-import os
-import pickle
-import random
-import shutil
-import struct
-import subprocess
-import tempfile
-from pathlib import Path
+from projkit.testing.fixtures import one_thread_per_worker
 
-import numpy as np
-import pytest
-import yaml
-from projkit.context import use
+one_thread_per_worker()
 
-from proj import PROJECT
+import atexit  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import struct  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-# Under `make test` each core runs a worker (pytest-xdist): one thread per process, set before torch
-# is imported and inherited by the training processes tests start, keeps them from oversubscribing.
-if "PYTEST_XDIST_WORKER" in os.environ:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from projkit.context import use  # noqa: E402
+from projkit.testing import write_png  # noqa: E402
+from projkit.testing.fixtures import (  # noqa: E402, F401 (the fixtures, made this folder's)
+    debug,
+    lightning_logs_to_the_session,
+    longest_first,
+    workdir,
+)
 
-# The kit's commands in this process (tests/launch.py's forked ones too) run for this project.
+from proj import PROJECT  # noqa: E402
+
+# The kit's commands in this process (projkit.testing.launch's forked ones too) run for this
+# project, and projkit.testing's helpers (config, fit) name its configs.
 use(PROJECT)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,30 +104,6 @@ def each_experiment(fast: tuple[str, ...] = ONE_PER_TASK) -> list:
     return [pytest.param(e, marks=[] if e in fast else [pytest.mark.slow]) for e in EXPERIMENTS]
 
 
-# One epoch of two training batches, one batch each of validation and test, no progress bar.
-TINY_FIT = (
-    "--trainer.max_epochs=1",
-    "--trainer.limit_train_batches=2",
-    "--trainer.limit_val_batches=1",
-    "--trainer.limit_test_batches=1",
-    "--trainer.enable_progress_bar=false",
-)
-
-
-def config(name: str) -> str:
-    return str(CONFIGS / name)
-
-
-def fit(*configs: str, extra: tuple[str, ...] = ()):
-    """``fit`` in this process on the shipped configs ``configs`` (stacked in order), then ``extra``."""
-    from proj import main
-
-    args = ["fit"]
-    for name in configs:
-        args += ["--config", config(name)]
-    return main([*args, *extra])
-
-
 def small_gpt(*extra: str) -> tuple[str, ...]:
     """The character GPT on the tests' play at 2 layers of 64: a text run that takes seconds, for
     tests of what happens around training rather than of how well it learns."""
@@ -127,30 +113,6 @@ def small_gpt(*extra: str) -> tuple[str, ...]:
         "--model.init_args.net.init_args.n_embd=64",
         *extra,
     )
-
-
-def step_checkpoints(every: int) -> str:
-    """An item of an overlay's ``trainer.callbacks+`` list: a checkpoint every ``every`` steps, named
-    by its step (the experiment's ``LastCheckpoint`` keeps ``last.ckpt``)."""
-    return f"""
-    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
-      init_args:
-        every_n_train_steps: {every}
-        filename: "step{{step:04d}}"
-        auto_insert_metric_name: false
-"""
-
-
-def kill_at(step: int, group: bool = False, rank: int | None = None) -> str:
-    """An item of an overlay's ``trainer.callbacks+`` list: SIGKILL at ``step`` (``group``: every
-    rank of the job at once; ``rank``: that rank only)."""
-    return f"""
-    - class_path: projkit.testing.KillAtStep
-      init_args:
-        step: {step}
-        group: {str(group).lower()}
-        rank: {"null" if rank is None else rank}
-"""
 
 
 def copy_repo(dest: Path) -> Path:
@@ -185,14 +147,6 @@ def experiment_args(name: str) -> tuple[str, ...]:
     return EXPERIMENT_ARGS.get(name, ())
 
 
-def write_png(path: Path, pixels: np.ndarray) -> None:
-    """A grey PNG of ``pixels`` (0-255), its folders made as needed."""
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(pixels.astype(np.uint8)).save(path)
-
-
 def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -> dict[str, int]:
     """The package's 1,797 8×8 digits as ``size``×``size`` grey PNG files in class folders ``0``…``9``:
     ``root/{train,val,test}/<digit>/`` (70/15/15 %, seeded), or all in ``root/<digit>/``. Returns the
@@ -221,21 +175,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The upgrade test is the longest by far (a copy of the project, its environment, its fast tests):
     # dealt first (`--dist loadfile` deals files in this order), the other files run beside it
     # rather than one worker waiting on it at the end.
-    items.sort(key=lambda item: item.path.name != "test_upgrade.py")
-
-
-@pytest.fixture(autouse=True)
-def debug(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process commands raise a user error as it was raised (``PROJ_DEBUG=1``), so a test can
-    catch its type; test_bad_input.py turns it off to see what a user sees."""
-    monkeypatch.setenv("PROJ_DEBUG", "1")
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in an empty folder, so runs/ and data/ land there."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    longest_first(items, ("test_upgrade.py",))
 
 
 def fake_images(n: int, shape: tuple[int, ...], seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +230,7 @@ def write_cifar10(root: Path, per_batch: int = 40) -> None:
 
 
 @pytest.fixture
-def image_data(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def image_data(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # noqa: F811 (the fixture)
     """data/ holding tiny MNIST, Fashion-MNIST and CIFAR-10 files for the real torchvision readers.
 
     CIFAR-10's reader checks each file's md5 against the real release, which no small file can

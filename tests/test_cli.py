@@ -8,8 +8,7 @@ import re
 
 import pytest
 import torch
-
-from conftest import fit
+from projkit.testing import fit
 
 DOWNLOADED = ("mnist.yaml", "fashion_mnist.yaml", "cifar10.yaml")
 

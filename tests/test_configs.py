@@ -1,25 +1,30 @@
-"""Every shipped YAML parses and builds, alone and stacked with every overlay; experiments state only
-what differs from configs/defaults.yaml, and what they leave out comes from there."""
+"""Every shipped YAML parses and builds, alone and stacked with every overlay, with the effect its
+files state (checked against the files, so an owner's edit of a setting holds); experiments state
+only what differs from configs/defaults.yaml, and what they leave out comes from there. How the CLI
+stacks files, overlays, variables and flags is the kit's, tested on its tiny project in
+kit/tests/test_configs.py."""
 
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import pytest
 import yaml
 from projkit.cli import STANDARD_CALLBACKS
+from projkit.testing import config
+from projkit.testing.configs import callbacks_of, config_files, stack, stated, unlike_stated
 
 from conftest import (
     CONFIGS,
+    DEFAULTS,
     EXPERIMENTS,
     ONE_PER_TASK,
     OPTUNA_SWEEPS,
     OVERLAYS,
     ROOT,
-    TINY_FIT,
     WANDB_SWEEPS,
-    config,
     each_experiment,
     experiment_args,
 )
@@ -34,18 +39,37 @@ def build(*configs: str, extra: tuple[str, ...] = ()):
     return main([*args, *extra], run=False)
 
 
-@pytest.mark.parametrize("experiment", each_experiment())
-def test_experiment_builds_with_checkpointing_and_early_stopping(experiment, workdir):
-    from lightning.pytorch.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+def same(written: object, held: object) -> bool:
+    """A value as a config file states it and as the CLI holds it: a YAML list is a tuple there."""
+    if isinstance(written, list | tuple) and isinstance(held, list | tuple):
+        return len(written) == len(held) and all(same(a, b) for a, b in zip(written, held, strict=True))
+    return written == held
 
-    cli = build(experiment, extra=experiment_args(experiment))
-    kinds = {type(cb) for cb in cli.trainer.callbacks}
-    assert {ModelCheckpoint, EarlyStopping, LearningRateMonitor} <= kinds
-    assert cli.config.seed_everything == 42
-    assert cli.config.test_after_fit is True
-    trainer_cfg = cli.config.trainer
-    assert trainer_cfg.precision and trainer_cfg.gradient_clip_val == 1.0
-    assert trainer_cfg.accumulate_grad_batches == 1
+
+@pytest.mark.parametrize("experiment", each_experiment())
+def test_experiment_builds_what_its_files_state(experiment, workdir):
+    """Every setting the files of an experiment state (the defaults the CLI stacks first, then the
+    experiment's own) is in its resolved config, and the trainer, the seed and each standard callback
+    are built from it: compared with what the files say, never with a value, so an owner's edit of a
+    default (``seed_everything``, ``early_stopping.patience``) holds here."""
+    flags = experiment_args(experiment)
+    cli = build(experiment, extra=flags)
+    assert {DEFAULTS, CONFIGS / experiment} <= set(config_files(cli))
+    config, flagged = cli.config, {flag.removeprefix("--").split("=")[0] for flag in flags}
+    unlike = {
+        k: (v, config.get(k))
+        for k, v in stated(cli).items()
+        if k not in flagged and not same(v, config.get(k))
+    }
+    assert not unlike, unlike
+    assert os.environ["PL_GLOBAL_SEED"] == str(int(config.seed_everything))
+    trainer = config.trainer
+    built = (cli.trainer.precision, cli.trainer.gradient_clip_val, cli.trainer.accumulate_grad_batches)
+    assert built == (trainer.precision, trainer.gradient_clip_val, trainer.accumulate_grad_batches)
+    for key in STANDARD_CALLBACKS:
+        callbacks = callbacks_of(cli, key)
+        assert len(callbacks) == (config[key] is not None), key
+        assert [unlike_stated(cli, key, callback) for callback in callbacks] in ([], [{}]), key
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -55,70 +79,6 @@ def test_experiment_states_only_what_differs_in_at_most_30_lines(experiment):
     assert len(lines) <= 30, f"{experiment}: {len(lines)} lines; move what experiments share to defaults.yaml"
     trainer = yaml.safe_load(text).get("trainer", {})
     assert "callbacks" not in trainer, "each standard callback has a key of its own in defaults.yaml"
-
-
-# A network that is nowhere in the repository, and the whole experiment that trains it.
-TINY_NET = """
-from torch import nn
-
-
-class TinyNet(nn.Sequential):
-    def __init__(self, num_classes: int, input_shape: tuple[int, int, int], hidden: int = 16) -> None:
-        channels, height, width = input_shape
-        inputs = channels * height * width
-        super().__init__(nn.Flatten(), nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
-"""
-FEW_LINES = """
-model:
-  class_path: proj.models.ImageClassifier
-  init_args:
-    net: tiny_net.TinyNet
-data: proj.data.DigitsDataModule
-"""
-
-
-@pytest.mark.slow
-def test_an_experiment_of_a_few_lines_trains_on_the_defaults(workdir, monkeypatch):
-    from lightning.pytorch.callbacks import EarlyStopping
-
-    (workdir / "tiny_net.py").write_text(TINY_NET)
-    monkeypatch.syspath_prepend(str(workdir))
-    (workdir / "tiny.yaml").write_text(FEW_LINES)
-    cli = main(["fit", "--config", "tiny.yaml", *TINY_FIT])
-    assert cli.trainer.state.finished and "test/acc" in cli.trainer.callback_metrics
-    # Named after its file; checkpoints, early stopping and clipping from configs/defaults.yaml.
-    run = workdir / "runs" / "tiny" / "version_0"
-    assert (run / "checkpoints" / "last.ckpt").is_file()
-    assert any(p.name.startswith("epoch000-loss") for p in (run / "checkpoints").iterdir())
-    assert cli.trainer.gradient_clip_val == 1.0 and cli.config.fit.seed_everything == 42
-    (early,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping)]
-    assert early.monitor == "val/loss" and early.patience == 5
-    saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert set(STANDARD_CALLBACKS) <= set(saved) and saved["trainer"]["logger"]["init_args"]["name"] == "tiny"
-
-
-@pytest.mark.slow
-def test_an_experiment_changes_one_setting_of_a_standard_callback(workdir):
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-    (workdir / "patient.yaml").write_text("early_stopping: {patience: 2}\n")
-    cli = build("digits.yaml", extra=("--config", "patient.yaml"))
-    (early,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping)]
-    assert (early.patience, early.monitor, early.mode) == (2, "val/loss", "min")
-    assert len(cli.trainer.callbacks) == len(build("digits.yaml").trainer.callbacks)
-    flagged = build("digits.yaml", extra=("--early_stopping.patience=3",))
-    assert next(cb for cb in flagged.trainer.callbacks if isinstance(cb, EarlyStopping)).patience == 3
-    dropped = build("digits.yaml", extra=("--early_stopping=null",))
-    kinds = [type(cb) for cb in dropped.trainer.callbacks]
-    assert EarlyStopping not in kinds and ModelCheckpoint in kinds
-
-
-@pytest.mark.slow
-def test_a_disabled_progress_bar_drops_the_configured_one(workdir):
-    from lightning.pytorch.callbacks import ProgressBar
-
-    cli = build("digits.yaml", extra=("--trainer.enable_progress_bar=false",))
-    assert not any(isinstance(cb, ProgressBar) for cb in cli.trainer.callbacks)
 
 
 def overlay_pairs() -> list:
@@ -139,9 +99,30 @@ def overlay_pairs() -> list:
     return pairs
 
 
+SAVE_DIR = "trainer.logger.init_args.save_dir"
+
+
+def said(overlay: str, key: str) -> object:
+    """What the overlay file itself states for ``key``: its effect is checked against its own file."""
+    return stack([CONFIGS / overlay])[key]
+
+
+def apart(overlay: str, effect):
+    """A debug or tuning run logs under the overlay's own folder of runs, apart from the real runs'
+    (where the files without it would log), and has the overlay's ``effect``."""
+
+    def check(cli) -> bool:
+        others = stack(path for path in config_files(cli) if path != CONFIGS / overlay)
+        save_dir = said(overlay, SAVE_DIR)
+        return effect(cli) and cli.trainer.logger.save_dir == save_dir != others.get(SAVE_DIR)
+
+    return check
+
+
 def overlay_effects() -> dict:
     """What each overlay does, as the built Trainer shows it (for those that need a GPU, the parsed
-    config): one check per overlay file, so a new overlay needs its line here."""
+    config), against what the overlay file states: one check per overlay file, so a new overlay needs
+    its line here."""
     from lightning.pytorch import callbacks, loggers, profilers, strategies
     from projkit.callbacks import BatchSizeFinder, LearningRateFinder
 
@@ -151,47 +132,48 @@ def overlay_effects() -> dict:
     def logger(kind):
         return lambda cli: isinstance(cli.trainer.logger, kind)
 
-    def apart(folder, effect):  # a debug or tuning run logs under runs/<folder>/, apart from real runs
-        return lambda cli: effect(cli) and cli.trainer.logger.save_dir == f"runs/{folder}"
+    def trainer(overlay: str, *names: str):  # the built trainer's settings, as the overlay states them
+        return lambda cli: all(getattr(cli.trainer, n) == said(overlay, f"trainer.{n}") for n in names)
+
+    def printed(overlay: str, *names: str):  # the same, in the parsed config
+        return lambda config: all(config["trainer"][n] == said(overlay, f"trainer.{n}") for n in names)
 
     return {
         "trainer/cpu.yaml": lambda cli: (
             cli.trainer.accelerator.__class__.__name__ == "CPUAccelerator"
-            and cli.trainer.precision == "32-true"
+            and trainer("trainer/cpu.yaml", "precision")(cli)
         ),
         "trainer/ddp.yaml": lambda cli: (
             isinstance(cli.trainer.strategy, strategies.DDPStrategy) and cli.trainer.num_devices == 2
         ),
-        "trainer/gpu.yaml": lambda config: (
-            config["trainer"]["accelerator"] == "gpu" and config["trainer"]["precision"] == "bf16-mixed"
-        ),
+        "trainer/gpu.yaml": printed("trainer/gpu.yaml", "accelerator", "precision"),
         "trainer/fsdp.yaml": lambda config: config["trainer"]["strategy"]["class_path"].endswith(
             "FSDPStrategy"
         ),
-        "debug/anomaly.yaml": apart("debug", lambda cli: cli.trainer._detect_anomaly is True),
+        "debug/anomaly.yaml": apart("debug/anomaly.yaml", lambda cli: cli.trainer._detect_anomaly is True),
         "debug/fast_dev_run.yaml": lambda cli: (
             bool(cli.trainer.fast_dev_run) and has(callbacks.ModelSummary)(cli)
         ),
         "debug/limit.yaml": apart(
-            "debug", lambda cli: (cli.trainer.max_epochs, cli.trainer.limit_train_batches) == (2, 4)
+            "debug/limit.yaml", trainer("debug/limit.yaml", "max_epochs", "limit_train_batches")
         ),
         "debug/overfit.yaml": apart(
-            "debug",
+            "debug/overfit.yaml",
             lambda cli: (
-                cli.trainer.overfit_batches == 1
+                trainer("debug/overfit.yaml", "overfit_batches")(cli)
                 and not has(callbacks.EarlyStopping)(cli)
-                and cli.config.test_after_fit is False
+                and cli.config.test_after_fit is said("debug/overfit.yaml", "test_after_fit")
             ),
         ),
         "debug/profile.yaml": apart(
-            "debug", lambda cli: isinstance(cli.trainer.profiler, profilers.SimpleProfiler)
+            "debug/profile.yaml", lambda cli: isinstance(cli.trainer.profiler, profilers.SimpleProfiler)
         ),
         "logger/csv.yaml": logger(loggers.CSVLogger),
         "logger/tensorboard.yaml": logger(loggers.TensorBoardLogger),
         "logger/mlflow.yaml": logger(loggers.MLFlowLogger),
         "logger/wandb.yaml": logger(loggers.WandbLogger),
-        "tune/batch_size.yaml": apart("tune", has(BatchSizeFinder)),
-        "tune/lr_find.yaml": apart("tune", has(LearningRateFinder)),
+        "tune/batch_size.yaml": apart("tune/batch_size.yaml", has(BatchSizeFinder)),
+        "tune/lr_find.yaml": apart("tune/lr_find.yaml", has(LearningRateFinder)),
     }
 
 
@@ -233,18 +215,6 @@ def test_fsdp_overlay_shards_each_transformer_block():
     assert isinstance(policy, ModuleWrapPolicy) and policy._module_classes == {Block}
 
 
-def test_overlay_appends_callbacks_instead_of_replacing(workdir):
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary
-
-    cli = build("digits.yaml", "debug/fast_dev_run.yaml")
-    kinds = [type(cb) for cb in cli.trainer.callbacks]
-    assert ModelSummary in kinds
-    early = next(cb for cb in cli.trainer.callbacks if isinstance(cb, EarlyStopping))
-    checkpoint = next(cb for cb in cli.trainer.callbacks if isinstance(cb, ModelCheckpoint))
-    assert early.monitor == "val/loss" and early.mode == "min"
-    assert checkpoint.monitor == "val/loss"
-
-
 def test_a_debug_overlay_keeps_its_runs_apart_under_any_logger(workdir):
     for order in (
         ("debug/limit.yaml", "logger/tensorboard.yaml"),
@@ -252,27 +222,8 @@ def test_a_debug_overlay_keeps_its_runs_apart_under_any_logger(workdir):
     ):
         cli = build("digits.yaml", *order)
         assert type(cli.trainer.logger).__name__ == "TensorBoardLogger"
-        assert (cli.trainer.logger.save_dir, cli.trainer.logger.name) == ("runs/debug", "digits"), order
-
-
-def test_logger_overlay_keeps_experiment_name(workdir):
-    cli = build("digits.yaml", "logger/tensorboard.yaml")
-    assert type(cli.trainer.logger).__name__ == "TensorBoardLogger"
-    assert cli.trainer.logger.name == "digits"
-
-
-def test_command_line_overrides_config(workdir):
-    cli = build("digits.yaml", extra=("--trainer.max_epochs=3", "--data.batch_size=16"))
-    assert cli.trainer.max_epochs == 3
-    assert cli.datamodule.hparams.batch_size == 16
-
-
-def test_environment_variable_sets_what_the_config_leaves_open(workdir, monkeypatch, capsys):
-    # Environment variables name the subcommand, and config files take precedence over them.
-    monkeypatch.setenv("PL_FIT__TRAINER__MAX_STEPS", "7")
-    with pytest.raises(SystemExit):
-        main(["fit", "--config", config("digits.yaml"), "--print_config"])
-    assert "max_steps: 7" in capsys.readouterr().out
+        expected = (said("debug/limit.yaml", SAVE_DIR), "digits")
+        assert (cli.trainer.logger.save_dir, cli.trainer.logger.name) == expected, order
 
 
 def test_data_facts_are_linked_into_the_network(workdir):

@@ -24,9 +24,9 @@ import pytest
 from packaging.requirements import Requirement
 from PIL import Image
 from projkit.callbacks import PredictionFileWriter
-from projkit.testing import ServedExport
+from projkit.testing import TINY_FIT, ServedExport, config, write_png
 
-from conftest import ROOT, TINY_FIT, config, write_png
+from conftest import ROOT
 from proj import main
 
 EXAMPLES = ROOT / "kit" / "examples"

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from projkit.errors import ConfigError
+from projkit.testing import config, write_png
 
-from conftest import config, write_png
 from proj import main
 from proj.data import ImageFolderDataModule
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from projkit.testing import config, fit, kill_at, launch, step_checkpoints, write_png
 from torchvision.transforms import v2
 
-import launch
-from conftest import config, fit, kill_at, step_checkpoints, write_digit_folder, write_png
+from conftest import write_digit_folder
 from proj import main
 from proj.data import ImageFolderDataModule
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.loggers import TensorBoardLogger
+from projkit.testing import config
 from torch.nn import functional as F
 
-from conftest import CORPUS, config
+from conftest import CORPUS
 from proj import main
 from proj.data import TextDataModule
 from proj.models import LanguageModel

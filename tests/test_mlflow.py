@@ -8,9 +8,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
-
-import launch
-from conftest import TINY_FIT, config
+from projkit.testing import TINY_FIT, config, launch
 
 
 @pytest.fixture(scope="module")

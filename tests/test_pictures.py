@@ -8,8 +8,8 @@ import io
 import pytest
 import torch
 from PIL import Image
+from projkit.testing import TINY_FIT, fit
 
-from conftest import TINY_FIT, fit
 from proj.data import CIFAR10DataModule, DigitsDataModule, FashionMNISTDataModule, MNISTDataModule
 from proj.models.image_classifier import misclassified_figure
 

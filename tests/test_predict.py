@@ -1,7 +1,8 @@
 """``predict`` on the template's own data: the digits model on a folder of image files (grey and
-colour, small and large), 16-bit files, and bad folders refused by the digits module. The prediction
-writers themselves (files never overwritten, killed while writing, DDP order, the language model's
-continuations) are tested on the kit's tiny project, in kit/tests/test_predict.py."""
+colour, small and large) and 16-bit files. The prediction writers themselves (files never
+overwritten, killed while writing, DDP order, the language model's continuations) and the refusal of
+a bad folder to predict on (the kit's image files) are tested on the kit's tiny project, in
+kit/tests/test_predict.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 import torch
 from PIL import Image
 from projkit.callbacks import PredictionFileWriter
+from projkit.testing import TINY_FIT, config, fit
 
-from conftest import TINY_FIT, config, fit
 from proj import main
 
 QUIET = ("--trainer.enable_progress_bar=false",)
@@ -95,35 +96,3 @@ def test_sixteen_bit_and_smaller_files_are_converted(tmp_path):
     colour = CIFAR10DataModule().read_image(tmp_path / "deep.png")  # grey to RGB, enlarged to 32×32
     assert colour.shape == (3, 32, 32) and colour.dtype == torch.uint8
     assert torch.equal(colour[0], colour[1]) and colour[0, 0, 0] == 0 and colour[0, 0, -1] == 255
-
-
-@pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (
-            lambda folder: None,
-            r"data\.predict_path: no folder at 'mine'.*point data\.init_args\.predict_path at",
-        ),
-        pytest.param(
-            lambda folder: folder.mkdir(),
-            r"data\.predict_path: 'mine' holds no files.*Put the images to classify",
-            marks=pytest.mark.slow,
-        ),
-        pytest.param(
-            lambda folder: (folder.mkdir(), (folder / "notes.txt").write_text("not a picture")),
-            r"data\.predict_path: 1 file\(s\) under 'mine' cannot be read as images: 'notes\.txt' is a text "
-            r"file, not an image: move it out of the folder",
-            marks=pytest.mark.slow,
-        ),
-    ],
-    ids=["missing", "empty", "unreadable"],
-)
-@pytest.mark.slow
-def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):
-    """The digits module's ``predict_path`` refuses a bad folder as the kit's image files do."""
-    make(workdir / "mine")
-    with pytest.raises((FileNotFoundError, ValueError), match=f"(?s){message}"):
-        predict(
-            "--config", config("digits.yaml"), "--data.init_args.predict_path=mine", "--allow_untrained=true"
-        )
-    assert not list(workdir.rglob("predictions*"))

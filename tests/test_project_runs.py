@@ -1,22 +1,22 @@
 """What this project ships around the kit's runs: the README's environment, the character GPT's
-samples in a short run, the debug overlays and kit/scripts/torchrun.sh. (The run directories, resumes,
-preemption, divergence and DDP themselves are the kit's: kit/tests/.)"""
+samples in a short run and kit/scripts/torchrun.sh (the debug overlays' effects: test_configs.py,
+test_debug.py). (The run directories, resumes, preemption, divergence and DDP themselves are the
+kit's: kit/tests/.)"""
 
 from __future__ import annotations
 
 import csv
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from projkit.testing import config, fit, free_port
 
-from conftest import ROOT, config, fit, small_gpt
-from proj import main
+from conftest import ROOT, small_gpt
 
 
 def steps_of(run: Path, name: str) -> list[int]:
@@ -56,18 +56,6 @@ def test_a_short_language_model_run_validates_samples_and_schedules_to_its_end(w
     assert "--- step 20, sample 0 ---" in (run / "samples.txt").read_text()
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["lr_schedulers"][0]["total_steps"] == 20
-
-
-@pytest.mark.slow
-def test_anomaly_overlay_turns_on_anomaly_detection(workdir):
-    cli = main(["--config", config("digits.yaml"), "--config", config("debug/anomaly.yaml")], run=False)
-    assert cli.trainer._detect_anomaly is True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

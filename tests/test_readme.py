@@ -13,9 +13,10 @@ import types
 import pytest
 import torch
 import yaml
+from projkit.testing import config
 from torch.nn import functional as F
 
-from conftest import ROOT, config, copy_repo
+from conftest import ROOT, copy_repo
 from proj import main
 
 # A fenced block right after `<!-- file: PATH -->` is the whole content of the file at PATH.

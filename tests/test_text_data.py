@@ -9,8 +9,9 @@ import pytest
 import torch
 from lightning.pytorch import seed_everything
 from projkit.errors import ConfigError
+from projkit.testing import config
 
-from conftest import CORPUS, TINY_SHAKESPEARE, config, needs_tiny_shakespeare
+from conftest import CORPUS, TINY_SHAKESPEARE, needs_tiny_shakespeare
 from proj import main
 from proj.data import CharTokenizer, TextDataModule
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from projkit.callbacks import TrainingThroughput
 from projkit.callbacks.throughput import training_flops
+from projkit.testing import config
 
-from conftest import config, each_experiment, experiment_args
+from conftest import each_experiment, experiment_args
 from proj import main
 from proj.nets import GPT
 

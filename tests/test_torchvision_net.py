@@ -10,9 +10,9 @@ from urllib.error import URLError
 import pytest
 import torch
 from projkit.checks.model import warn_if_normalised_otherwise
+from projkit.testing import TINY_FIT, config
 from torchvision.models import WeightsEnum, get_model
 
-from conftest import TINY_FIT, config
 from proj import main
 from proj.data import DigitsDataModule
 from proj.models import ImageClassifier
@@ -134,7 +134,7 @@ def test_resnet18_from_scratch_learns_the_digits(workdir):
 
 @pytest.mark.slow  # a ResNet-18 fast_dev_run; the weights' own normalisation is checked above, fast
 def test_the_data_module_normalises_as_the_pretrained_weights_expect(pretrained, workdir):
-    from conftest import fit
+    from projkit.testing import fit
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

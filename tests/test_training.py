@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from projkit.testing import config
 
-from conftest import CORPUS, config
+from conftest import CORPUS
 from proj import main
 from proj.models import LanguageModel
 from proj.nets import GPT

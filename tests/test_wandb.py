@@ -8,9 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-import launch
-from conftest import config
+from projkit.testing import config, launch
 
 QUICK = (
     "--trainer.max_epochs=1",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import TINY_FIT, fit
+from projkit.testing import TINY_FIT, fit
 
 RUN = Path("runs/classify/version_0")
 CHECKPOINTS = RUN / "checkpoints"

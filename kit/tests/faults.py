@@ -122,12 +122,13 @@ class SlowFirstStart(Callback):
 
 
 class CodeInCheckpoints(Callback):
-    """Puts code into every checkpoint this run saves (``bad_inputs.Payload``: unpickled, it writes
-    ``payload_ran`` into the working folder), as if each file were swapped for a crafted one between
-    its save and its load: a finder's own checkpoint, which it restores moments later."""
+    """Puts code into every checkpoint this run saves (``projkit.testing.bad_input.Payload``:
+    unpickled, it writes ``payload_ran`` into the working folder), as if each file were swapped for a
+    crafted one between its save and its load: a finder's own checkpoint, which it restores moments
+    later."""
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        from bad_inputs import Payload
+        from projkit.testing.bad_input import Payload
 
         checkpoint["extra"] = Payload()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import launch
-from conftest import TINY_FIT, config, main
+from conftest import main
+from projkit.testing import TINY_FIT, config, launch
 
 RUN = Path("runs/classify/version_0")
 EXPORT = RUN / "export" / "last"

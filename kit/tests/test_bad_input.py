@@ -5,101 +5,40 @@ behind. kit/docs/errors.md quotes every row's message."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-import launch
-from bad_inputs import CASES, MARKER, QUICK, Case
-from conftest import KIT, config, main
-from projkit.sweep import main as sweep
+from bad_inputs import CASES, VALUES
+from conftest import KIT, main
+from projkit.testing import config, launch
+from projkit.testing.bad_input import (
+    QUICK,
+    Case,
+    as_params,
+    assert_said,
+    digests,
+    make_baseline,
+    run_case,
+    run_dirs,
+)
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An earlier run, made once for the file: a tiny classify fit with its checkpoint."""
-    root = tmp_path_factory.mktemp("baseline")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(root)
-        main(["fit", "--config", config("classify.yaml"), *QUICK, "--test_after_fit=false"])
-    return root / "runs"
+    return make_baseline(tmp_path_factory.mktemp("baseline"), config("classify.yaml"))
 
 
-def digests(runs: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(runs)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(runs.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
-
-
-def run_dirs(runs: Path) -> set[str]:
-    return {str(p.relative_to(runs)) for p in runs.glob("*/*") if p.is_dir()}
-
-
-def run_case(case: Case, baseline: Path, workdir: Path, monkeypatch, capsys) -> str:
-    """``case`` in this process, after the baseline's runs are copied in; its output."""
-    runs = workdir / "runs"
-    shutil.copytree(baseline, runs)
-    ckpt = runs / "classify" / "version_0" / "checkpoints" / "last.ckpt"
-    if case.setup:
-        case.setup(workdir, ckpt)
-    before, dirs = digests(runs), run_dirs(runs)
-    monkeypatch.delenv("PROJ_DEBUG")
-    for name, value in case.env.items():
-        monkeypatch.setenv(name, value)
-    command = sweep if case.args[0] == "sweep" else main  # as `python -m <package>` dispatches
-    args = case.command(ckpt, workdir)[1:] if command is sweep else case.command(ckpt, workdir)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        if case.code == 0:
-            command(args)
-        else:
-            with pytest.raises(SystemExit) as exit_info:
-                command(args)
-            assert exit_info.value.code == case.code
-    captured = capsys.readouterr()
-    output = captured.out + captured.err + "\n".join(str(w.message) for w in caught)
-    assert not (workdir / MARKER).exists(), "a checkpoint's code ran"
-    after = digests(runs)
-    # A row that resumes a run of its own setup may write there; the baseline stays as it was.
-    kept = [name for name in before if not case.new_run or name.startswith("classify/")]
-    changed = [name for name in kept if after.get(name) != before[name]]
-    assert not changed, f"files of earlier runs changed or went: {changed}"
-    if case.code and not case.new_run:
-        assert run_dirs(runs) == dirs, "a refused command left a run directory"
-    return output
-
-
-# `make test-fast` runs the first row of each kind; `make test` all of them.
-FIRST_OF_KIND = {case.kind: case for case in reversed(CASES) if not case.slow}
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(
-            case,
-            id=f"{case.kind}: {case.name}",
-            marks=[] if FIRST_OF_KIND.get(case.kind) is case else [pytest.mark.slow],
-        )
-        for case in CASES
-    ],
-)
+@pytest.mark.parametrize("case", as_params(CASES))
 def test_bad_input(case: Case, baseline, workdir, monkeypatch, capsys):
     if case.cpu_only and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    output = run_case(case, baseline, workdir, monkeypatch, capsys)
-    missing = [word for word in case.words if word not in output]
-    assert not missing, f"{missing} not in:\n{output[-3000:]}"
-    assert "Traceback" not in output
-    assert "Given value: Namespace" not in output
+    assert_said(case, run_case(case, baseline, workdir, monkeypatch, capsys, VALUES))
 
 
 def refused_on_a_full_disk(baseline: Path, workdir: Path, monkeypatch, capsys, net: str, room: int) -> None:
@@ -167,7 +106,7 @@ def test_gradient_clip_val_0_turns_clipping_off(workdir):
 FAQ = (KIT / "docs" / "errors.md").read_text()
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{case.kind}: {case.name}" for case in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_readme_faq_quotes_the_message(case: Case):
     assert case.words[0] in FAQ, f"kit/docs/errors.md lacks `{case.words[0]}`"
 

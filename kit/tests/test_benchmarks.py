@@ -13,7 +13,8 @@ import statistics
 import pytest
 import torch
 
-from conftest import KIT, config
+from conftest import KIT
+from projkit.testing import config
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_FIT, config, main
+from conftest import main
 from crafted import (
     BEST,
     CHECKPOINTS,
@@ -23,6 +23,7 @@ from crafted import (
     links,
     working_copy,
 )
+from projkit.testing import TINY_FIT, config
 
 QUIET = ("--trainer.enable_progress_bar=false",)
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TINY_FIT, config, fit, main
+from conftest import main
+from projkit.testing import TINY_FIT, config, fit
 
 
 @pytest.mark.slow

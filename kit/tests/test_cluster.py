@@ -7,58 +7,43 @@ kit/scripts/slurm.sbatch and kit/scripts/sweep.sbatch are. Never skipped: withou
 
 from __future__ import annotations
 
-import csv
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from conftest import HERE, ROOT, config
+from conftest import HERE, ROOT
 from projkit.sweep import storage_for
+from projkit.testing import config
+from projkit.testing.cluster import CPU, ONE_TASK, Slurm, check_study, output, training_rows, wait_for
+from projkit.testing.cluster import database as postgres_database
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-# `make test-cluster` names the checkout's cluster; the tests find it there too.
-SLURM_CONF = Path(os.environ.get("SLURM_CONF") or ROOT / ".cluster" / "slurm" / "slurm.conf")
-POSTGRES = "postgresql://postgres@127.0.0.1:15432"
-ENV = {
-    **os.environ,
-    "SLURM_CONF": str(SLURM_CONF),
-    "PYTHON": sys.executable,
-    "PYTHONPATH": str(HERE),  # tinyproj and the fault callbacks
-    "OMP_NUM_THREADS": "1",
-    # The nodes node1 and node2 of `make test-cluster` resolve nowhere: rank 0 is found here instead.
-    "MASTER_ADDR": "127.0.0.1",
-}
-# One CPU process: a training job as the README shows it for the local cluster.
-ONE_TASK = ["--ntasks-per-node=1", "--gpus-per-node=0", "--cpus-per-task=1"]
-CPU = ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--trainer.enable_progress_bar=false"]
-# Columns of metrics.csv that measure the machine, not the training.
-TIMINGS = {"train/samples_per_sec", "train/peak_memory_mb"}
+SLURM = Slurm(ROOT, PYTHONPATH=str(HERE))  # tinyproj and the fault callbacks
+ENV, sbatch, job = SLURM.env, SLURM.sbatch, SLURM.job
+scontrol, wait_until_done = SLURM.scontrol, SLURM.wait_until_done
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster() -> None:
     """The cluster must be up: a missing one fails every test with the command that starts it."""
-    if not SLURM_CONF.is_file():
-        pytest.fail("no local cluster: run `make cluster` first (`make test-cluster` does)")
-    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=ENV, capture_output=True, text=True)
-    states = dict(line.split() for line in nodes.stdout.splitlines())
-    if nodes.returncode != 0 or not {"idle", "mix", "alloc"} & set(states.values()):
-        pytest.fail(f"the local cluster does not answer (`make cluster` starts it): {nodes.stderr.strip()}")
-    if len(states) != 2:
-        pytest.fail(
-            f"the local cluster has {len(states)} node(s), the tests need 2: "
-            "make cluster-stop, then make test-cluster"
-        )
+    SLURM.check()
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """A PostgreSQL database of its own on the local server, dropped afterwards."""
+    with postgres_database() as url:
+        yield url
 
 
 # A project's training job (kit/scripts/slurm.sbatch): one task per device, DDP over the job's tasks
@@ -95,57 +80,8 @@ def workdir(tmp_path: Path, name: str) -> Path:
     return folder
 
 
-def sbatch(folder: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["sbatch", "--parsable", *args], cwd=folder, env=ENV, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
-
-
 def fit_job(folder: Path, *args: str, options: tuple[str, ...] = tuple(ONE_TASK)) -> str:
     return sbatch(folder, *options, "train.sbatch", config("classify.yaml"), *CPU, *args)
-
-
-def job(job_id: str) -> dict[str, str]:
-    """What `scontrol show job` says of the job, as a mapping."""
-    shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=ENV, capture_output=True, text=True)
-    assert shown.returncode == 0, shown.stderr
-    return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
-
-
-def scontrol(*args: str) -> None:
-    subprocess.run(["scontrol", *args], env=ENV, check=True, capture_output=True)
-
-
-def wait_for(what: str, check, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-def wait_until_done(job_id: str, timeout: float = 300, release: bool = True) -> dict[str, str]:
-    """The job's final state. A requeued job waits 2 minutes (Slurm's BeginTime for requeued jobs);
-    with ``release`` it starts at once instead."""
-    deadline = time.monotonic() + timeout
-    while True:
-        info = job(job_id)
-        if info["JobState"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
-            return info
-        if release and info["JobState"] == "PENDING" and info.get("Reason") == "BeginTime":
-            scontrol("update", f"JobId={job_id}", "StartTime=now")
-        assert time.monotonic() < deadline, f"job {job_id} not done: {info['JobState']}"
-        time.sleep(0.5)
-
-
-def output(folder: Path, job_id: str) -> str:
-    return (folder / "runs" / f"slurm-{job_id}.out").read_text()
-
-
-def training_rows(run: Path) -> list[dict[str, str]]:
-    with open(run / "metrics.csv", newline="") as f:
-        return [{k: v for k, v in row.items() if k not in TIMINGS} for row in csv.DictReader(f)]
 
 
 def touch_at(step: int) -> str:
@@ -153,18 +89,6 @@ def touch_at(step: int) -> str:
     job's first start (``SLOW``)."""
     touch = {"class_path": "faults.TouchAtStep", "init_args": {"step": step, "path": "ready"}}
     return yaml.safe_dump({"trainer": {"callbacks+": [touch, SLOW]}})
-
-
-@pytest.fixture
-def database():
-    """A PostgreSQL database of its own on the local server, dropped afterwards."""
-    import psycopg
-
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-        yield f"{POSTGRES}/{name}"
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def write_sweep(folder: Path, name: str, n_trials: int) -> Path:
@@ -188,30 +112,6 @@ def write_sweep(folder: Path, name: str, n_trials: int) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
-
-
-def check_study(name: str, url: str, n_trials: int, outputs: list[str], folder: Path) -> list:
-    """Exactly ``n_trials`` finished, none left running, and one worker wrote the results."""
-    import optuna
-    from optuna.trial import TrialState
-
-    trials = optuna.load_study(study_name=name, storage=url).trials
-    states = [t.state for t in trials]
-    assert states.count(TrialState.COMPLETE) + states.count(TrialState.PRUNED) == n_trials, states
-    assert TrialState.RUNNING not in states
-    # Each finished trial ran once, in a run directory of its own.
-    done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    for trial in done:
-        assert [
-            p.name for p in (folder / "runs/sweeps" / name / f"trial_{trial.number}").glob("version_*")
-        ] == ["version_0"]
-    assert len({t.user_attrs["run_dir"] for t in done}) == n_trials
-    assert sum("Written into" in out for out in outputs) == 1, outputs
-    for result in ("trials.csv", "history.png"):
-        assert (folder / "runs/sweeps" / name / result).stat().st_size > 0
-    with open(folder / "runs/sweeps" / name / "trials.csv") as f:
-        assert len(list(csv.DictReader(f))) == len(trials)
-    return trials
 
 
 # `make test-cluster` runs these on 4 workers, and xdist deals 7 tests round-robin, so the 4th, the

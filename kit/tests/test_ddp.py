@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch
-from conftest import config, kill_at, main, step_checkpoints
+from conftest import main
+from projkit.testing import config, kill_at, launch, step_checkpoints
 
 DDP = ("--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--trainer.devices=2")
 # 325 images: validation and test splits of 49 samples, odd, so shards are uneven and a sampler that

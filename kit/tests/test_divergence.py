@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TASKS, config, main, step_checkpoints
+from conftest import TASKS, main
 from projkit.reliability import DivergenceError
+from projkit.testing import config, step_checkpoints
 
 EVERY_STEP = "trainer:\n  callbacks+:" + step_checkpoints(1)
 DIVERGE = [

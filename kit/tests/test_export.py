@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import io
 import json
 import re
 import shutil
 import subprocess
 import sys
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +19,10 @@ import pytest
 import torch
 
 import projkit
-from conftest import DEFAULTS, TINY_FIT, config, main
+from conftest import DEFAULTS, main
 from projkit.context import use
+from projkit.testing import config
+from projkit.testing.export import assert_same_as_checkpoint, export_of, fit_and_export, variant
 from test_public_surface import assert_fields_kept
 from tinyproj import PROJECT
 from tinyproj.data import Blobs, Chars
@@ -31,53 +31,6 @@ from tinyproj.models import Classifier, LanguageModel
 CLASSIFY = ("--config", config("classify.yaml"))
 LM = ("--config", config("lm.yaml"))
 BLOCK_SIZE = 16  # lm.yaml's
-# TINY_FIT's two batches, untested.
-UNTESTED = ("--test_after_fit=false",)
-BATCH_SIZES = (1, 7)
-
-
-def fit_and_export(*args: str, export: tuple[str, ...] = ()) -> tuple[Path, Path, str]:
-    """A tiny ``fit``, then ``export --ckpt_path last`` of it: the checkpoint, its export folder and
-    what export printed."""
-    fitted = main(["fit", *args, *TINY_FIT, *UNTESTED])
-    ckpt = (Path(fitted.trainer.checkpoint_callbacks[-1].dirpath) / "last.ckpt").resolve()
-    folder, printed = export_of(ckpt, *args, *export)
-    return ckpt, folder, printed
-
-
-def export_of(ckpt: Path, *args: str, run=main) -> tuple[Path, str]:
-    out = io.StringIO()
-    with redirect_stdout(out):
-        run(["export", *args, f"--ckpt_path={ckpt}"])
-    printed = out.getvalue()
-    paths = re.findall(r"^Exported (.+)$", printed, re.M)
-    assert [Path(p).name for p in paths] == ["model.onnx", "model.pt2", "model.json"], printed
-    folder = Path(paths[0]).parent
-    expected = ckpt.resolve().parent.parent if ckpt.resolve().parent.name == "checkpoints" else ckpt.parent
-    assert folder == expected.resolve() / "export" / ckpt.stem
-    return folder, printed
-
-
-def artifacts(folder: Path) -> dict:
-    """The exported model as onnxruntime and ``torch.export.load`` run it: logits for an input."""
-    session = onnxruntime.InferenceSession(str(folder / "model.onnx"))
-    program = torch.export.load(folder / "model.pt2").module()
-    name = session.get_inputs()[0].name
-    return {
-        "onnx": lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0]),
-        "pt2": lambda x: program(x).detach(),
-    }
-
-
-def assert_same_as_checkpoint(folder: Path, reference, inputs: torch.Tensor, model_inputs: torch.Tensor):
-    for name, run in artifacts(folder).items():
-        for size in BATCH_SIZES:
-            with torch.no_grad():
-                expected = reference(model_inputs[:size])
-            got = run(inputs[:size])
-            assert got.shape == expected.shape, name
-            assert (got - expected).abs().max().item() <= 1e-4, (name, size)
-            assert torch.equal(got.argmax(-1), expected.argmax(-1)), (name, size)
 
 
 def classify_test_split() -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,21 +61,6 @@ def lm_export(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path_factory.mktemp("lm"))
         return fit_and_export(*LM)
-
-
-def variant(ckpt: Path, path: Path, net: dict | None = None, state: dict | None = None, **hparams) -> Path:
-    """A copy of checkpoint ``ckpt`` at ``path`` with another network (its config and weights, the
-    keys ``fit`` would save) or other hyperparameters."""
-    checkpoint = torch.load(ckpt, weights_only=True)
-    if net is not None:
-        hparams["net"] = net
-    if state is not None:
-        kept = {key: value for key, value in checkpoint["state_dict"].items() if not key.startswith("net.")}
-        checkpoint["state_dict"] = {**kept, **{f"net.{key}": value for key, value in state.items()}}
-    checkpoint["hyper_parameters"].update(hparams)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, path)
-    return path
 
 
 def test_help_lists_export(capsys):

@@ -28,9 +28,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonargparse import Namespace
 
-from conftest import TINY_FIT, config, main
+from conftest import main
 from projkit.checks.config import check_special_files
 from projkit.cli import ProjectCLI
+from projkit.testing import TINY_FIT, config
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "300"))
 MISSPELT_EXAMPLES = EXAMPLES // 5  # of them, misspelt keys; the rest garbage values

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from conftest import TINY_FIT, config, main
+from conftest import main
 from crafted import (
     BEST,
     CHECKPOINTS,
@@ -44,6 +44,7 @@ from projkit.checks.checkpoint import check_counters
 from projkit.errors import ConfigError
 from projkit.reliability.contained import PATHS, ContainedState
 from projkit.reliability.resume import restore_rng_states, valid_row
+from projkit.testing import TINY_FIT, config
 
 # A size that fits the kit's suite (a few seconds); `make fuzz` sets thousands.
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "100"))

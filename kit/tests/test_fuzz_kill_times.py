@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch
-from conftest import config, main, step_checkpoints
+from conftest import main
+from projkit.testing import config, launch, step_checkpoints
 
 KILLS = max(3, int(os.environ.get("PROJ_FUZZ_EXAMPLES", "0")) // 100)
 # 3 epochs of 6 steps, logged every 2, the second validated at its end, a checkpoint every 3 steps:

@@ -21,10 +21,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import config
 from projkit import strict_yaml
 from projkit.cli import ProjectCLI
 from projkit.data.names import printable
+from projkit.testing import config
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500")) // 5
 KEYS = [

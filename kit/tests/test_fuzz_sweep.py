@@ -19,8 +19,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import config
 from projkit.sweep.config import Sweep, SweepConfigError, load_sweep
+from projkit.testing import config
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500")) // 10  # each reads and checks a sweep config
 SPEC = {

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_FIT, config, main
+from conftest import main
 from projkit.sweep import load_sweep
 from projkit.sweep import main as sweep
 from projkit.sweep.storage import open_study, storage_for
+from projkit.testing import TINY_FIT, config
 
 # A sweep of the classify experiment, as a project's configs/sweeps/ holds one.
 SWEEP = f"""

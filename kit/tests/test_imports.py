@@ -4,42 +4,17 @@ packages its pyproject.toml depends on (never a project's package), names no pro
 
 from __future__ import annotations
 
-import ast
 import importlib.metadata
 import re
 import sys
-from pathlib import Path
 
 from conftest import KIT, ROOT
+from projkit.testing.code import import_cycles, imported, too_long
 
 PACKAGE = KIT / "src" / "projkit"
-MAX_FUNCTION_LINES = 60
-MAX_FILE_LINES = 400
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never run."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            continue
-        yield node
-        yield from runtime_nodes(node)
-
-
-def imported(path: Path) -> set[str]:
-    """Every module name ``path`` imports when it runs, at the top or inside a function."""
-    found = set()
-    for node in runtime_nodes(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
-    return found
+# projkit.testing runs under a project's tests: what it needs beyond the kit's dependencies (pytest)
+# is the `testing` extra of kit/pyproject.toml.
+TESTING = PACKAGE / "testing"
 
 
 def requirement_names(distribution: str, seen: set[str]) -> set[str]:
@@ -58,25 +33,31 @@ def requirement_names(distribution: str, seen: set[str]) -> set[str]:
     return seen
 
 
-def kit_dependencies() -> set[str]:
+def kit_dependencies(block: str = r"^dependencies = \[(.*?)^\]") -> set[str]:
+    """The distributions kit/pyproject.toml names in ``block`` (its dependencies by default)."""
     text = (KIT / "pyproject.toml").read_text()
-    block = re.search(r"(?ms)^dependencies = \[(.*?)^\]", text)[1]
-    return {re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec)[0] for spec in re.findall(r'"([^"]+)"', block)}
+    listed = re.search(f"(?ms){block}", text)[1]
+    return {re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec)[0] for spec in re.findall(r'"([^"]+)"', listed)}
 
 
 def test_the_kit_imports_only_the_standard_library_and_its_own_dependencies():
     allowed: set[str] = set()
     for dependency in kit_dependencies():
         requirement_names(dependency, allowed)
+    testing = set(allowed)
+    for dependency in kit_dependencies(r"^testing = \[(.*?)\]"):
+        requirement_names(dependency, testing)
+    assert "pytest" in testing - allowed
     providers = importlib.metadata.packages_distributions()
     foreign = []
     for path in sorted(PACKAGE.rglob("*.py")):
+        permitted = testing if path.is_relative_to(TESTING) else allowed
         for name in imported(path):
             top = name.split(".")[0]
             if top in sys.stdlib_module_names or top == "projkit" or top == "__future__":
                 continue
             distributions = {re.sub(r"[-_.]+", "-", d).lower() for d in providers.get(top, [])}
-            if not distributions & allowed:
+            if not distributions & permitted:
                 foreign.append(f"{path.relative_to(KIT)} imports {name} ({', '.join(distributions) or '?'})")
     assert foreign == []
 
@@ -115,46 +96,10 @@ def test_the_kit_names_no_project():
 
 
 def test_no_import_cycle_in_the_kit():
-    paths = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(path) for path in paths}
-    graph = {
-        module_name(path): {m for m in imported(path) if m in modules} - {module_name(path)} for path in paths
-    }
-    for name in graph:  # a package imports its own __init__ on the way to a submodule: no cycle
-        graph[name] = {dep for dep in graph[name] if not name.startswith(f"{dep}.")}
-    cycles = []
-
-    def visit(name: str, trail: list[str]) -> None:
-        for dep in sorted(graph[name]):
-            if dep in trail:
-                cycles.append(" -> ".join([*trail[trail.index(dep) :], dep]))
-            elif len(trail) < len(graph):
-                visit(dep, [*trail, dep])
-
-    for name in sorted(graph):
-        visit(name, [name])
-    assert not cycles, "\n".join(sorted(set(cycles))[:10])
-
-
-def functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.AST]]:
-    found = []
-    for node in ast.iter_child_nodes(tree):
-        name = f"{prefix}{getattr(node, 'name', '')}"
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            found.append((name, node))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            found += functions(node, f"{name}.")
-    return found
+    cycles = import_cycles(PACKAGE)
+    assert not cycles, "\n".join(cycles)
 
 
 def test_no_file_or_function_is_longer_than_it_can_be_read():
     """A function over 60 lines (its docstring included) or a module over 400 is split."""
-    long = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(KIT / "scripts").glob("*.py")]):
-        lines = path.read_text().count("\n")
-        if lines > MAX_FILE_LINES:
-            long.append(f"{path.relative_to(KIT)} has {lines} lines")
-        for name, node in functions(ast.parse(path.read_text())):
-            if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
-                long.append(f"{path.relative_to(KIT)}: {name} has {node.end_lineno - node.lineno + 1} lines")
-    assert long == []
+    assert too_long([*PACKAGE.rglob("*.py"), *(KIT / "scripts").glob("*.py")], KIT) == []

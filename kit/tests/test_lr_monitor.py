@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from conftest import TINY_FIT, fit
+from projkit.testing import TINY_FIT, fit
 
 
 @pytest.mark.slow

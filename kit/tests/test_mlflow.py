@@ -16,9 +16,8 @@ import pytest
 import torch
 import yaml
 
-import launch
-from conftest import TINY_FIT, config
 from projkit.logger_media import flat_params
+from projkit.testing import TINY_FIT, config, launch
 
 LIMIT = 6000  # MLflow's longest param value
 LONG_TAG = "x" * (LIMIT + 1000)  # a tag MLflow takes (up to 8000) whose param is too long

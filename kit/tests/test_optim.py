@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from conftest import config, main
+from conftest import main
 from projkit.optim import WarmupCosineLR, param_groups
+from projkit.testing import config
 from tinyproj.models import Classifier
 from tinyproj.nets import MLP
 

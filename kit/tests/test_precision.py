@@ -8,7 +8,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 import probes
-from conftest import config, main
+from conftest import main
+from projkit.testing import config
 
 QUIET = ("--trainer.enable_progress_bar=false", "--test_after_fit=false")
 # Plain SGD with lr 1 and no decay, so a step moves the weights by exactly the clipped gradient.

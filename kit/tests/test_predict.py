@@ -17,10 +17,10 @@ import pytest
 import torch
 from PIL import Image
 
-import launch
-from conftest import TINY_FIT, config, fit, main
+from conftest import main
 from projkit.callbacks import PredictionFileWriter
 from projkit.callbacks.prediction_writer import write_new_file
+from projkit.testing import TINY_FIT, config, fit, launch
 
 QUIET = ("--trainer.enable_progress_bar=false",)
 CLASSIFY = ("--config", config("classify.yaml"))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch
-from conftest import TASKS, config, fault, main
+from conftest import TASKS, fault, main
+from projkit.testing import config, launch
 
 LONG = ("--trainer.max_epochs=100", "--trainer.enable_progress_bar=false", "--test_after_fit=false")
 DDP = ("--trainer.strategy=ddp", "--trainer.accelerator=cpu", "--trainer.devices=2")

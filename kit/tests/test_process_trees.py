@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from conftest import TINY_FIT, config
+from projkit.testing import TINY_FIT, config
 from test_sweep import LR, QUICK, start_worker, write_sweep
 
 

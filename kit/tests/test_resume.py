@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import launch
-from conftest import TASKS, config, fault, kill_at, main, step_checkpoints
+from conftest import TASKS, fault, main
+from projkit.testing import config, kill_at, launch, step_checkpoints
 
 # Classify: 14 batches of 16 per epoch, logged every 2 steps. A periodic checkpoint every 6 steps,
 # 2 epochs, dropout and augmentation on (the classify config has both).

@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
-import launch
-from conftest import TINY_FIT, config, fit, kill_at, main
+from conftest import main
 from projkit.cli import ProjectCLI
+from projkit.testing import TINY_FIT, config, fit, kill_at, launch
 
 RUN = Path("runs/classify/version_0")
 STEPS_PER_EPOCH = 14  # 224 training images in batches of 16

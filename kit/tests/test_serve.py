@@ -23,11 +23,11 @@ from PIL import Image
 
 import bad_requests
 from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
-from conftest import TINY_FIT, config, main
+from conftest import main
 from projkit import serve
 from projkit.callbacks import PredictionFileWriter
 from projkit.preprocessing import Preprocessing
-from projkit.testing import ServedExport
+from projkit.testing import TINY_FIT, ServedExport, config
 
 CLASSIFY = ("--config", config("classify.yaml"))
 LM = ("--config", config("lm.yaml"))

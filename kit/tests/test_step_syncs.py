@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import config, main
-from projkit.testing import SyncCounter
+from conftest import main
+from projkit.testing import SyncCounter, config
 
 # Logging every 3 steps of 7: the second, fourth and fifth steps are ordinary (the first, a logging
 # step and the last, which ends training and checkpoints, are not).

@@ -15,8 +15,9 @@ import pytest
 import torch
 import yaml
 
-from conftest import HERE, config, main
+from conftest import HERE, main
 from projkit.sweep import HOST, cpu_cores, load_sweep, trial_threads, workers_here
+from projkit.testing import config
 
 # Trials of a few seconds on tinyproj's classifier (14 training steps an epoch): no warmup, so that a
 # good learning rate is good from the first step.

@@ -12,9 +12,10 @@ import torch
 from lightning.pytorch import Callback, Trainer, seed_everything
 from lightning.pytorch.loggers import CSVLogger
 
-from conftest import config, main
+from conftest import main
 from projkit.callbacks import TrainingThroughput
 from projkit.callbacks.throughput import peak_flops, training_flops
+from projkit.testing import config
 from tinyproj.data import Blobs, Chars
 from tinyproj.models import Classifier, LanguageModel
 from tinyproj.nets import MLP, TinyGPT

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_FIT, config, main
+from conftest import main
+from projkit.testing import TINY_FIT, config
 
 NET = """
 from torch import nn

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import launch
 import wandb_log
-from conftest import config
+from projkit.testing import config, launch
 
 SECRET = "secret-key-that-must-not-be-written-0123456789"
 QUICK = (

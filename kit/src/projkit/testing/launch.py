@@ -1,9 +1,9 @@
-"""``python -m tinyproj`` as most tests start it: ``projkit.preloaded``'s process, forked from a
-server that has imported torch, Lightning and the CLI once, instead of a new interpreter that
-imports them again (about 6 s of CPU a start here, more than a short run's training), with what
-``subprocess`` gives a test: its output captured, a timeout. The tests of what a process does while
-it imports (a launcher's ``LOCAL_RANK``, a warning raised at import), of torchrun and of a fresh
-shell start a new interpreter."""
+"""``python -m <package>`` (the current project's, ``projkit.context``) as a test starts it:
+``projkit.preloaded``'s process, forked from a server that has imported torch, Lightning and the CLI
+once, instead of a new interpreter that imports them again (about 6 s of CPU a start, more than a
+short run's training), with what ``subprocess`` gives a test: its output captured, a timeout. A test
+of what a process does while it imports (a launcher's ``LOCAL_RANK``, a warning raised at import),
+of torchrun or of a fresh shell starts a new interpreter instead."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ from projkit import preloaded
 
 
 class Process:
-    """A started ``python -m tinyproj``, with the part of ``subprocess.Popen`` the tests use."""
+    """A started ``python -m <package>``, with the part of ``subprocess.Popen`` the tests use."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None, merge: bool, session: bool):
-        folder = Path(tempfile.mkdtemp(prefix="tinyproj-launch-"))
+    def __init__(
+        self, args: list[str], cwd: Path, env: dict[str, str] | None, merge: bool, session: bool
+    ) -> None:
+        folder = Path(tempfile.mkdtemp(prefix="projkit-launch-"))
         weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
         self._out, self._err = folder / "stdout", folder / "stderr"
         env = dict(os.environ if env is None else env)
@@ -54,7 +56,7 @@ class Process:
 
 def start(args: list[str], cwd: Path, env: dict[str, str] | None = None, *, merge: bool = False,
           session: bool = False) -> Process:  # fmt: skip
-    """``python -m tinyproj *args`` in ``cwd`` with ``env`` (this process's by default); ``merge``:
+    """``python -m <package> *args`` in ``cwd`` with ``env`` (this process's by default); ``merge``:
     standard error into standard output; ``session``: a process group of its own."""
     return Process(args, cwd, env, merge, session)
 
@@ -62,7 +64,7 @@ def start(args: list[str], cwd: Path, env: dict[str, str] | None = None, *, merg
 def run(
     args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600, session: bool = False
 ) -> subprocess.CompletedProcess:
-    """``python -m tinyproj *args`` to its end, like ``subprocess.run(..., capture_output=True)``."""
+    """``python -m <package> *args`` to its end, like ``subprocess.run(..., capture_output=True)``."""
     process = start(args, cwd, env, session=session)
     try:
         stdout, stderr = process.communicate(timeout)
