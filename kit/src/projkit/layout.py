@@ -27,7 +27,7 @@ MOVED = {
         "clusters.md",
         "benchmarks.md",
     ),
-    "tests": ("launch.py", "bad_inputs.py"),
+    "tests": ("launch.py",),
 }
 KIT_DEFAULTS = Path(projkit.__file__).with_name("defaults.yaml")
 
