@@ -143,7 +143,7 @@ def test_renamed_copy_keeps_no_old_name_lints_tests_and_trains(tmp_path):
         result = run("-m", "ruff", *lint, *python, timeout=60)
         said = f"ruff {lint[0]} on the files the rename rewrote:\n{result.stdout[-3000:]}"
         assert result.returncode == 0, said
-    selection = "test_command_line_overrides_config or (test_fast_dev_run and digits)"
+    selection = "test_data_facts_are_linked_into_the_network or (test_fast_dev_run and digits)"
     tests = run("-m", "pytest", "-m", "not slow", "-q", "-x", "-p", "no:cacheprovider", "-k", selection)
     assert tests.returncode == 0, tests.stdout[-3000:]
     assert "2 passed" in tests.stdout
