@@ -30,7 +30,6 @@ from projkit.testing import write_png  # noqa: E402
 from projkit.testing.fixtures import (  # noqa: E402, F401 (the fixtures, made this folder's)
     debug,
     lightning_logs_to_the_session,
-    longest_first,
     workdir,
 )
 
@@ -169,13 +168,6 @@ def write_digit_folder(root: Path, size: int = 16, split_folders: bool = True) -
             path.parent.mkdir(parents=True, exist_ok=True)
             image.save(path)
     return {split: len(indices) for split, indices in parts.items()}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The upgrade test is the longest by far (a copy of the project, its environment, its fast tests):
-    # dealt first (`--dist loadfile` deals files in this order), the other files run beside it
-    # rather than one worker waiting on it at the end.
-    longest_first(items, ("test_upgrade.py",))
 
 
 def fake_images(n: int, shape: tuple[int, ...], seed: int) -> tuple[np.ndarray, np.ndarray]:

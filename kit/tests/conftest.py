@@ -54,7 +54,7 @@ def fault(class_name: str, **init_args) -> str:
 
 
 # The files that take longest, dealt first, so that the short ones fill the workers beside them.
-LONGEST_FILES = ("test_ddp.py", "test_benchmarks.py", "test_sweep.py", "test_runs.py")
+LONGEST_FILES = ("test_upgrade.py", "test_ddp.py", "test_benchmarks.py", "test_sweep.py", "test_runs.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
