@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KIT, TINY_FIT, config, main
+from conftest import KIT, main
 from projkit.protocol import PROTOCOL
+from projkit.testing import TINY_FIT, config
 from tinyproj.data import Blobs
 
 CLASSIFY = ("--config", config("classify.yaml"))

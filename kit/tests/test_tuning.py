@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import conftest
+from projkit import testing
 from projkit.callbacks import BatchSizeFinder, LearningRateFinder
 from projkit.callbacks.tuning import suggest_lr
 from tinyproj.models import Classifier
@@ -34,7 +34,7 @@ SHORT_RUN = ("--trainer.max_epochs=5", "--trainer.enable_progress_bar=false")
 
 
 def fit(*configs: str, extra: tuple[str, ...] = ()):
-    return conftest.fit(*configs, extra=(*QUICK, *extra))
+    return testing.fit(*configs, extra=(*QUICK, *extra))
 
 
 def callback(cli, kind: type):
@@ -85,14 +85,14 @@ def default_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch
     """The final weights of the classify run without an overlay, shared by the overlays' comparisons."""
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.chdir(tmp_path_factory.mktemp("default"))
-        return final_weights(conftest.fit("classify.yaml", extra=SHORT_RUN))
+        return final_weights(testing.fit("classify.yaml", extra=SHORT_RUN))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("overlay", ["tune/lr_find.yaml", "tune/batch_size.yaml"])
 def test_shipped_overlay_reports_and_trains_exactly_as_the_default(overlay, default_weights, workdir, caplog):
     with lightning_messages(caplog):
-        tuned = conftest.fit("classify.yaml", overlay, extra=SHORT_RUN)
+        tuned = testing.fit("classify.yaml", overlay, extra=SHORT_RUN)
     weights = final_weights(tuned)
     assert weights.keys() == default_weights.keys()
     changed = [name for name in weights if not torch.equal(weights[name], default_weights[name])]

@@ -24,6 +24,10 @@ from projkit.context import use
 from projkit.layout import note_left_behind
 from projkit.lifetime import end_with, launched_rank
 
+# The PID of the process whose command started this one's ranks (Lightning's launcher runs the same
+# command again for each rank, with this environment).
+LAUNCHER_PID = "PROJ_LAUNCHER_PID"
+
 # What a distributed launcher (torchrun, SLURM, Lightning itself) passes as whole numbers; Lightning
 # reads LOCAL_RANK with int() while it is imported, so a bad value is refused before that.
 INTEGER_VARIABLES = (
@@ -56,8 +60,9 @@ class Project:
         args = list(sys.argv[1:] if argv is None else argv)
         check_launcher_variables()
         if launched_rank():
-            end_with(os.getppid(), grace_s=10)  # rank 0, also while the processes initialise
+            end_with(launcher(), grace_s=10)  # rank 0, also while the processes initialise
         else:
+            os.environ[LAUNCHER_PID] = str(os.getpid())  # for the ranks it starts
             note_left_behind(self.defaults.parent.parent, self.defaults)
         if args[:1] == ["sweep"]:
             from projkit.sweep import main as sweep
@@ -83,6 +88,14 @@ class Project:
         from projkit.cli import main
 
         return main(args, run)
+
+
+def launcher() -> int:
+    """The process that started this rank: rank 0 names itself in ``LAUNCHER_PID`` before it starts
+    any. Not ``os.getppid()`` alone, which is init's (1) when rank 0 died before this rank asked, and
+    would be watched for ever."""
+    named = os.environ.get(LAUNCHER_PID, "")
+    return int(named) if named.isdigit() else os.getppid()
 
 
 def of_checkout(root: Path) -> Project:
