@@ -9,7 +9,7 @@ Importing this package imports neither torch nor Lightning.
 
 from projkit.project import Project
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 # The environment variable through which a sweep's worker (projkit.sweep) tells its trial's `fit`
 # which study and trial to report to (projkit.callbacks.pruning): JSON with storage, study, trial (its
