@@ -146,7 +146,7 @@ def test_a_peak_that_is_not_positive_is_refused():
 def test_mfu_is_measured_against_the_precisions_own_dtype(precision, dtype):
     """One of the two private Lightning functions the template calls (Lightning offers no public way
     to ask a precision plugin its compute dtype): this fails when Lightning moves or changes it."""
-    from projkit.callbacks.throughput import compute_dtype
+    from projkit.internals.lightning import compute_dtype
 
     trainer = Trainer(accelerator="cpu", precision=precision, logger=False, enable_progress_bar=False)
     assert compute_dtype(trainer) == dtype

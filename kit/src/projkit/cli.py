@@ -50,6 +50,10 @@ from projkit.context import current
 from projkit.data.facts import NET, link_data_facts, use_checkpoint_facts
 from projkit.errors import named_refusals, reported_errors
 from projkit.export import ExportingTrainer
+from projkit.internals.jsonargparse import subcommands_action
+from projkit.internals.lightning import keep_hparams_from_loggers
+from projkit.internals.stdlib import choice_help_actions
+from projkit.layout import KIT_DEFAULTS
 from projkit.outcome import (
     NOTHING_TO_TRAIN,
     TESTED_ALREADY,
@@ -59,7 +63,8 @@ from projkit.outcome import (
     tested_marker,
 )
 from projkit.parser_errors import ShortErrorParser
-from projkit.reliability import ContainedState, guard_checkpoints
+from projkit.reliability import ContainedState, Preemption, guard_checkpoints
+from projkit.reliability.preemption import without_slurm_requeue
 from projkit.rundir.ckpt_path import ignored_model_settings, resolve_checkpoint
 from projkit.rundir.claim import claim_run_directory
 from projkit.rundir.config_file import RunConfigSaver
@@ -69,10 +74,6 @@ from projkit.rundir.naming import logger_kind
 from projkit.strict_yaml import install as check_every_yaml
 
 DEFAULT_SEED = 42
-# The trainer settings, logger and standard callbacks every project starts from; they ship and upgrade
-# with the kit, and the project's defaults file, read after, holds only what the project sets.
-KIT_DEFAULTS = Path(__file__).with_name("defaults.yaml")
-
 # Seconds between W&B's writes of the run's .wandb file (wandb.Settings.x_transaction_log_flush_interval),
 # which is what a killed run's history loses at most. Set it to choose another.
 WANDB_FLUSH_INTERVAL = "WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL"
@@ -185,14 +186,12 @@ class ProjectCLI(LightningCLI):
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         """Each subcommand with its line of ``SUBCOMMANDS``, and ``sweep`` with the others when all are
-        built (``--help``): ``__main__`` runs it before Lightning is imported. jsonargparse keeps the
-        subcommands in ``_subcommands_action``, argparse their help in ``_choices_actions``: neither
-        library offers another way to set a subcommand's help line."""
+        built (``--help``): ``__main__`` runs it before Lightning is imported."""
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         if not add_subcommands:
             return
-        subcommands = self.parser._subcommands_action
-        for choice in subcommands._choices_actions:
+        subcommands = subcommands_action(self.parser)
+        for choice in choice_help_actions(subcommands):
             choice.help = SUBCOMMANDS.get(choice.dest, choice.help)
         if len(subcommands.choices) == len(SUBCOMMANDS) - len(OWN_SUBCOMMANDS):
             # Here only: the sweep module imports Optuna and SQLAlchemy, which a `fit` never needs.
@@ -280,9 +279,9 @@ class ProjectCLI(LightningCLI):
         if self.subcommand in ("validate", "test", "predict"):
             # The run's hparams.yaml (and a W&B or MLflow run's config) keep what `fit` trained with:
             # an evaluation's own data settings (a batch size, a predict path) are no run's.
-            self.model._log_hyperparams = False
+            keep_hparams_from_loggers(self.model)
             if self.datamodule is not None:
-                self.datamodule._log_hyperparams = False
+                keep_hparams_from_loggers(self.datamodule)
         checkpoint, self.checkpoint = self.checkpoint, None
         if checkpoint is not None:
             check_fits_model(checkpoint, self.model, "--ckpt_path", config.ckpt_path)
@@ -325,6 +324,8 @@ class ProjectCLI(LightningCLI):
             # Switching the bar off drops the configured one, where Lightning would refuse a Trainer
             # without a bar but with one in its callbacks.
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
+        if any(isinstance(callback, Preemption) for callback in callbacks):
+            kwargs.setdefault("plugins", without_slurm_requeue(config.trainer.get("plugins")))
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, **kwargs})
         guard_checkpoints(trainer.strategy, config.get("checkpoint_io"))
         return trainer

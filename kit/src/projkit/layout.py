@@ -29,6 +29,8 @@ MOVED = {
     ),
     "tests": ("launch.py",),
 }
+# The trainer settings, logger and standard callbacks every project starts from; they ship and upgrade
+# with the kit, and the project's defaults file, read after, holds only what the project sets.
 KIT_DEFAULTS = Path(projkit.__file__).with_name("defaults.yaml")
 
 

@@ -16,6 +16,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from projkit.data.names import printable
 from projkit.errors import debugging
+from projkit.internals.stdlib import parser_actions
 
 
 class ShortErrorParser(LightningArgumentParser):
@@ -45,12 +46,12 @@ def unknown_name(message: str, parser: ArgumentParser) -> str | None:
     elif match := re.fullmatch(r"Group '([^']+)' does not accept option '([^']+)'", message):
         name, flag = f"{match[1]}.{match[2]}", ""
     elif match := re.fullmatch(r"argument subcommand: invalid choice: '([^']+)' \(choose from .*\)", message):
-        subcommands = [action for action in parser._actions if action.dest == "subcommand"]
+        subcommands = [action for action in parser_actions(parser) if action.dest == "subcommand"]
         hint = closest(match[1], [name for action in subcommands for name in action.choices])
         return f"{message}.{hint}" if hint else message
     else:
         return None
-    hint = closest(name, [action.dest for action in parser._actions], flag)
+    hint = closest(name, [action.dest for action in parser_actions(parser)], flag)
     return f"{message}.{hint}" if hint else message
 
 

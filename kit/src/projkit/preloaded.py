@@ -14,7 +14,6 @@ server's value: the tests that need one start a new interpreter."""
 
 from __future__ import annotations
 
-import atexit
 import io
 import multiprocessing
 import multiprocessing.forkserver
@@ -25,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from projkit.context import current
+from projkit.internals.stdlib import become_main_process, run_exit_functions
 from projkit.lifetime import end_with
 
 # How long a child whose parent exited has to save and stop after SIGTERM before it is killed.
@@ -49,8 +49,7 @@ def _become_main_process() -> None:
     starts its own children (DataLoader workers) by fork, and is named MainProcess."""
     multiprocessing.set_start_method(None, force=True)
     _MAIN_PROCESS.name = "MainProcess"
-    multiprocessing.process._current_process = _MAIN_PROCESS
-    multiprocessing.process._parent_process = None
+    become_main_process(_MAIN_PROCESS)
 
 
 def _apply_threads(env: dict[str, str]) -> None:
@@ -96,7 +95,7 @@ def _child(
         traceback.print_exc()
         raise SystemExit(1) from None
     finally:
-        atexit._run_exitfuncs()
+        run_exit_functions()
         sys.stdout.flush()
         sys.stderr.flush()
 

@@ -23,6 +23,7 @@ from typing import Any
 from projkit.context import use
 from projkit.layout import note_left_behind
 from projkit.lifetime import end_with, launched_rank
+from projkit.versions import check_supported_versions
 
 # The PID of the process whose command started this one's ranks (Lightning's launcher runs the same
 # command again for each rank, with this environment).
@@ -58,6 +59,7 @@ class Project:
         ``sweep`` and ``serve`` are dispatched before torch and Lightning are imported: they need neither."""
         use(self)
         args = list(sys.argv[1:] if argv is None else argv)
+        check_supported_versions()
         check_launcher_variables()
         if launched_rank():
             end_with(launcher(), grace_s=10)  # rank 0, also while the processes initialise
@@ -85,6 +87,7 @@ class Project:
         """The command line in this process, for tests and notebooks: ``main(["fit", ...])`` returns
         the CLI object (its ``trainer``, ``model``, ``datamodule``), ``run=False`` builds them only."""
         use(self)
+        check_supported_versions()
         from projkit.cli import main
 
         return main(args, run)

@@ -12,8 +12,8 @@ spot. ``projkit.testing.SyncCounter`` is the callback that counts them.
 
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -22,9 +22,15 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
+
+from projkit.internals.torch import (
+    INDEX_PUT_IMPL,
+    LOCAL_SCALAR_DENSE,
+    UNIQUE_OPS,
+    TorchDispatchMode,
+    tree_leaves,
+)
 
 aten = torch.ops.aten
 
@@ -35,10 +41,10 @@ READS = {
 }  # fmt: skip
 # Operations whose output's size depends on the values: the host reads them before it can go on.
 SIZED_BY_VALUES = {
-    aten.nonzero, aten.masked_select, aten._unique, aten._unique2, aten.unique_dim,
+    aten.nonzero, aten.masked_select, *UNIQUE_OPS, aten.unique_dim,
     aten.unique_consecutive, aten.bincount, aten.histc, aten.equal, aten.repeat_interleave,
 }  # fmt: skip
-MASK_INDEXED = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
+MASK_INDEXED = {aten.index, aten.index_put, aten.index_put_, INDEX_PUT_IMPL}
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor", "all_to_all",
     "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
@@ -77,7 +83,7 @@ class Window:
 def caller(depth: int = 4) -> str:
     """The innermost ``depth`` frames of the stack outside torch and this module, innermost first,
     each as ``path:line (function)`` with the path from its package's folder on."""
-    frame, shown = sys._getframe(1), []
+    frame, shown = inspect.currentframe().f_back, []
     while frame is not None and len(shown) < depth:
         path = os.path.abspath(frame.f_code.co_filename)
         if path not in (HERE, WARNINGS) and not path.startswith(TORCH):
@@ -121,7 +127,7 @@ class Recorder(TorchDispatchMode):
         on_device = self.values.holds(args, kwargs)
         if on_device and not getattr(self.reading, "depth", 0):
             packet = func.overloadpacket
-            if packet is aten._local_scalar_dense:
+            if packet is LOCAL_SCALAR_DENSE:
                 self.record("sync", "a tensor read as a Python number")
             elif packet in SIZED_BY_VALUES or (packet in MASK_INDEXED and masked(args)):
                 self.record("sync", f"torch.{packet.__name__} (its size depends on the values)")
@@ -150,7 +156,7 @@ class MethodReads(TorchFunctionMode):
         name, kwargs = getattr(func, "__name__", ""), kwargs or {}
         # A device value's ``.to("cpu")`` copies on a GPU: a read (on the CPU it may return itself).
         # Torch's own ``.to(device)`` calls move values to where they are on one device (norms).
-        copies = name == "to" and to_host(args, kwargs) and not in_torch(sys._getframe(1))
+        copies = name == "to" and to_host(args, kwargs) and not in_torch(inspect.currentframe().f_back)
         if not (name in READS or copies) or not args or not self.recorder.values.holds(args[0]):
             return func(*args, **kwargs)
         self.recorder.record("sync", f"Tensor.{name}")

@@ -17,6 +17,8 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from projkit.checks.checkpoint import refused_pickle
 from projkit.checks.model import check_optimization, warn_long_warmup, warn_schedule_ends_early
 from projkit.errors import ConfigError
+from projkit.internals.lightning import step_results
+from projkit.internals.torchmetrics import forward_value, set_forward_value
 from projkit.optim import WarmupCosineLR, param_groups
 from projkit.reliability import loads_weights_only
 
@@ -232,11 +234,12 @@ class TaskModule(LightningModule):
         # until the epoch ends, a read of the device on every step after the one that logged it.
         # Copied to the host once, on that step (whose metrics Lightning reads right after this), the
         # later steps read the copy. A subclass that overrides this hook calls super() to keep it.
-        results = self.trainer._results
+        results = step_results(self.trainer)
         if results is None:
             return
         for key, metric in results.valid_items():
-            value = metric._forward_cache
+            value = forward_value(metric)
             copied = self._on_host.get(key) is value
             if metric.meta.prog_bar and isinstance(value, torch.Tensor) and not copied:
-                metric._forward_cache = self._on_host[key] = value.detach().to("cpu", copy=True)
+                self._on_host[key] = value.detach().to("cpu", copy=True)
+                set_forward_value(metric, self._on_host[key])

@@ -13,6 +13,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from projkit.internals.lightning import compute_dtype
+
 # Lightning's Throughput names (global where there are several processes, else "device/…") → ours.
 RATES = {"samples_per_sec": "samples_per_sec", "items_per_sec": "tokens_per_sec", "mfu": "mfu"}
 
@@ -226,14 +228,3 @@ def logged_step(trainer: Trainer) -> int:
     """The step Lightning gives the metrics logged in an optimizer step's ``on_train_batch_end``:
     the count of optimizer steps before it (``global_step`` already counts this one)."""
     return trainer.global_step - 1
-
-
-def compute_dtype(trainer: Trainer) -> torch.dtype:
-    """The dtype the precision plugin computes in, whose peak FLOP/s MFU is measured against.
-
-    Lightning has no public way to ask (its ThroughputMonitor uses this same private function);
-    ``tests/test_throughput.py`` fails if it moves or changes.
-    """
-    from lightning.pytorch.callbacks.throughput_monitor import _plugin_to_compute_dtype
-
-    return _plugin_to_compute_dtype(trainer.precision_plugin)

@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.parsing import lightning_getattr, lightning_set
 from lightning.pytorch.utilities.seed import isolate_rng
 from matplotlib.figure import Figure
 
+from projkit.internals.lightning import rebuild_loaders
 from projkit.rundir.naming import run_directory
 
 LR_KEY = "model.init_args.optimizer.init_args.lr"
@@ -187,12 +188,13 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
                 f"BatchSizeFinder.min_steps_per_epoch must be at least 1, got {min_steps_per_epoch}."
             )
         super().__init__(mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+        self.batch_arg_name = batch_arg_name
         self.min_steps_per_epoch = min_steps_per_epoch
         self.apply = apply
         self.trained_batch_size: int | None = None
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        name = self._batch_arg_name
+        name = self.batch_arg_name
         if self.resuming:
             self.check_resumed_size(lightning_getattr(pl_module, name))
             return
@@ -255,7 +257,7 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
 
     def check_resumed_size(self, current: int) -> None:
         if self.trained_batch_size is not None and current != self.trained_batch_size:
-            name = self._batch_arg_name
+            name = self.batch_arg_name
             raise ValueError(
                 f"--ckpt_path: this run trained with the batch size {self.trained_batch_size} that "
                 f"BatchSizeFinder applied, but {name} is {current} now. Resume with "
@@ -276,15 +278,3 @@ class BatchSizeFinder(_FreshRunsOnly, _BatchSizeFinder):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.trained_batch_size = state_dict.get("trained_batch_size")
-
-
-def rebuild_loaders(trainer: Trainer) -> None:
-    """Build the running loop's loaders again, at the batch size just set on the module.
-
-    Lightning has no public way to do it; its own batch size finder calls this private function
-    after each size it tries. ``tests/test_tuning.py`` fails if it moves or stops rebuilding them: a
-    report-only finder that tried 128 must leave the run training 21 batches of the configured 64.
-    """
-    from lightning.pytorch.tuner.batch_size_scaling import _reset_dataloaders
-
-    _reset_dataloaders(trainer)

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from packaging.version import InvalidVersion, Version
 
 from projkit.errors import ConfigError
+from projkit.internals.lightning import CLASS_PATH_KEY
 
 
 def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
@@ -157,7 +158,7 @@ def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: Lightning
     """A checkpoint's module and network class must be the ones the config builds."""
     saved = checkpoint.get("hyper_parameters") or {}
     wanted = config.model
-    pairs = [("model", saved.get("_class_path"), wanted.get("class_path"))]
+    pairs = [("model", saved.get(CLASS_PATH_KEY), wanted.get("class_path"))]
     saved_net, wanted_net = saved.get("net"), wanted.get("init_args", {}).get("net")
     if isinstance(saved_net, dict) and wanted_net is not None:
         pairs.append(("model.init_args.net", saved_net.get("class_path"), wanted_net.get("class_path")))

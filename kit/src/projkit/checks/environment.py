@@ -7,19 +7,21 @@ import os
 from argparse import ArgumentParser
 from collections.abc import Iterable, Sequence
 
-from jsonargparse._formatters import get_env_var
 from lightning.pytorch.cli import LightningCLI
+
+from projkit.internals.jsonargparse import env_var_name
+from projkit.internals.lightning import subcommand_parser
+from projkit.internals.stdlib import parser_actions
 
 
 def check_environment(cli: LightningCLI, subcommand: str) -> None:
     """A ``PL_FIT__...`` variable that names no setting would be ignored without a word.
 
-    The names a subcommand reads come from private API, used here alone since neither library
-    exposes them: LightningCLI's ``_subcommand_parsers`` and jsonargparse's ``get_env_var``. The
-    misspelt-variable case of ``tests/test_bad_input.py`` fails if either changes.
+    The names a subcommand reads come from the seams (``projkit.internals``): neither library
+    exposes them.
     """
-    parser = cli._subcommand_parsers[subcommand]
-    known = {get_env_var(parser, action) for action in parser._actions}
+    parser = subcommand_parser(cli, subcommand)
+    known = {env_var_name(parser, action) for action in parser_actions(parser)}
     prefix = f"PL_{subcommand.upper()}__"
     for name in sorted(os.environ):
         if name.startswith(prefix) and name not in known:

@@ -10,6 +10,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
 from projkit.errors import DivergenceError
+from projkit.loops import accumulating
 
 CAUSES = (
     "Usual causes: a learning rate too high for this model (lower "
@@ -79,7 +80,7 @@ class StopOnDivergence(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
         every = trainer.log_every_n_steps
-        logs = every > 0 and trainer.global_step % every == 0 and not trainer.fit_loop._should_accumulate()
+        logs = every > 0 and trainer.global_step % every == 0 and not accumulating(trainer)
         if logs or len(self._steps) >= MOST_KEPT:
             self._look(trainer)
 

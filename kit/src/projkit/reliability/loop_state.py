@@ -22,6 +22,17 @@ from typing import Any
 from lightning.pytorch import Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
+from projkit.internals.lightning import (
+    LOGGING_STEP_KEY,
+    check_loop_layout,
+    data_fetcher,
+    end_epoch_loop_at_once,
+    next_validation_skipped,
+    validation_by_time,
+    validation_due,
+)
+from projkit.loops import accumulating, epoch_batches_done
+
 EPOCH_END_FOLLOWS = "epoch_end_follows"
 
 
@@ -30,22 +41,15 @@ def after_batch(trainer: Trainer) -> str | None:
     ``"validation"`` that a resume would run too (not one due to a stop request or to the clock,
     which a checkpoint does not hold), the ``"epoch_end"`` alone, or None (another batch, or the
     checkpoint is not saved in a batch's end hooks)."""
-    loop = trainer.fit_loop.epoch_loop
-    batch = loop.batch_progress.current
-    fetcher = trainer.fit_loop._data_fetcher
-    if (
-        trainer.state.fn != TrainerFn.FITTING
-        or trainer.sanity_checking
-        or batch.processed <= batch.completed
-        or fetcher is None
-        or loop._skip_next_val
-        or loop._should_accumulate()
-    ):
+    batch = trainer.fit_loop.epoch_loop.batch_progress.current
+    if trainer.state.fn != TrainerFn.FITTING or trainer.sanity_checking or batch.processed <= batch.completed:
         return None
-    if not loop._should_check_val_fx(fetcher):
-        return "epoch_end" if loop._num_ready_batches_reached() else None
-    time_based = getattr(trainer, "_val_check_time_interval", None) is not None
-    return None if trainer.should_stop or time_based else "validation"
+    fetcher = data_fetcher(trainer)
+    if fetcher is None or next_validation_skipped(trainer) or accumulating(trainer):
+        return None
+    if not validation_due(trainer, fetcher):
+        return "epoch_end" if epoch_batches_done(trainer) else None
+    return None if trainer.should_stop or validation_by_time(trainer) else "validation"
 
 
 def at_validation_start(loops: dict[str, Any]) -> None:
@@ -74,33 +78,35 @@ def recount(trainer: Trainer) -> None:
         total.ready = total.started = total.processed = total.completed
 
 
-def at_epoch_end(checkpoint: dict[str, Any]) -> bool:
+def at_epoch_end(checkpoint: dict[str, Any], trainer: Trainer) -> bool:
     """Edits a checkpoint marked ``epoch_end_follows`` in place: its epoch's last batch complete
     and counted as stepped, as after the batch's last hooks. Whether it did: only a checkpoint of
-    that shape is edited (a checkpoint is untrusted)."""
+    that shape is edited (a checkpoint is untrusted), once the running Lightning is known to save
+    that shape (a Lightning that no longer does raises)."""
+    if checkpoint.get(EPOCH_END_FOLLOWS) is not True:
+        return False
+    check_loop_layout(trainer)
     try:
         fit = checkpoint["loops"]["fit_loop"]
         batches = fit["epoch_loop.batch_progress"]
         counters = fit["epoch_loop.state_dict"]
         parts = [batches["total"], batches["current"]]
-        ok = checkpoint.get(EPOCH_END_FOLLOWS) is True and all(
-            type(p["processed"]) is int and p["processed"] == p["completed"] + 1 for p in parts
-        )
-        ok = ok and batches["is_last_batch"] is True and type(counters["_batches_that_stepped"]) is int
+        ok = all(type(p["processed"]) is int and p["processed"] == p["completed"] + 1 for p in parts)
+        ok = ok and batches["is_last_batch"] is True and type(counters[LOGGING_STEP_KEY]) is int
     except (KeyError, TypeError):
         return False
     if not ok:
         return False
     for part in parts:
         part["completed"] = part["processed"]
-    counters["_batches_that_stepped"] += 1
+    counters[LOGGING_STEP_KEY] += 1
     return True
 
 
 def end_epoch_at_once(trainer: Trainer) -> None:
     """At the resumed run's training start: its epoch loop, whose batches are all complete, is done
     without looking for a validation (it would begin the next batch instead)."""
-    trainer.fit_loop.epoch_loop.val_loop._has_run = True
+    end_epoch_loop_at_once(trainer)
 
 
 def epoch_ended(trainer: Trainer) -> None:

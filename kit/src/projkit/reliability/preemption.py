@@ -7,17 +7,29 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import torch
-from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.plugins.environments import (
+    ClusterEnvironment,
+    SLURMEnvironment,
+    TorchElasticEnvironment,
+)
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
 from projkit.context import current
+from projkit.internals.lightning import (
+    clear_received_sigterm,
+    keep_ignored_at_teardown,
+    stop_sigterm_broadcast,
+)
+from projkit.loops import accumulating
 from projkit.rundir.naming import run_directory
 
 # How many steps the ranks train between two agreements on a signal when nothing logs.
@@ -77,8 +89,9 @@ class Preemption(Callback):
         self._last = (0.0, 0)
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        # Before the Trainer registers its signal handlers, from this same environment object.
-        environment = trainer._accelerator_connector.cluster_environment
+        # Before the Trainer registers its signal handlers, which read this same environment object.
+        # A parallel strategy's is public; the CLI gives any Trainer one (``without_slurm_requeue``).
+        environment = getattr(trainer.strategy, "cluster_environment", None)
         if isinstance(environment, SLURMEnvironment):
             environment.auto_requeue = False
 
@@ -113,12 +126,10 @@ class Preemption(Callback):
             # Lightning's training loop broadcasts its SIGTERM flag from rank 0 on every step, a
             # collective and a read of the device per step; its handler, which sets that flag, is
             # replaced above, so the flag stays unset: this agreement does its job.
-            trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
+            stop_sigterm_broadcast(trainer)
         # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
         # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
-        connector = trainer._signal_connector
-        if connector.received_sigterm:
-            connector.received_sigterm = False
+        if clear_received_sigterm(trainer):
             self._record(signal.SIGTERM, None)
         if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
             self._watch_launcher()
@@ -178,7 +189,7 @@ class Preemption(Callback):
             watchdog.start()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: object) -> None:
-        if trainer.fit_loop._should_accumulate():
+        if accumulating(trainer):
             return  # the gradients accumulated so far are in no checkpoint: stop once they are applied
         if not distributed(trainer):
             signum = self._signal
@@ -280,7 +291,25 @@ class Preemption(Callback):
         default in place of any Python handler but not in place of an ignore."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            trainer._signal_connector._original_handlers[signal.SIGTERM] = signal.SIG_IGN
+            keep_ignored_at_teardown(trainer, signal.SIGTERM)
+
+
+def without_slurm_requeue(plugins: Any) -> list:
+    """The Trainer's ``plugins`` with Lightning's SLURM auto-requeue off (``Preemption`` serves that
+    signal): a SLURMEnvironment among them is told so, and where none names a cluster environment and
+    Lightning would choose SLURM's (under ``srun`` or ``sbatch``, not torchrun), one is added."""
+    listed = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+    environments = [plugin for plugin in listed if isinstance(plugin, ClusterEnvironment)]
+    for environment in environments:
+        if isinstance(environment, SLURMEnvironment):
+            environment.auto_requeue = False
+    if not environments:
+        with warnings.catch_warnings():  # Lightning's own detection, right after, says it once
+            warnings.simplefilter("ignore")
+            slurm = not TorchElasticEnvironment.detect() and SLURMEnvironment.detect()
+        if slurm:
+            listed.append(SLURMEnvironment(auto_requeue=False))
+    return listed
 
 
 def requeue_slurm_job(job: str) -> None:

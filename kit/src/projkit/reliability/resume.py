@@ -12,6 +12,8 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 
+from projkit.internals.lightning import logging_step, logs_this_step, metrics_to_log
+from projkit.loops import accumulating
 from projkit.reliability.loop_state import (
     EPOCH_END_FOLLOWS,
     after_batch,
@@ -64,7 +66,7 @@ class ExactResume(Callback):
         self._rng_states = checkpoint.get("rng_states")
         self._resumed_at = checkpoint.get("global_step")
         self._pending_row = checkpoint.get("pending_row")
-        self._epoch_end_follows = trainer.state.fn == TrainerFn.FITTING and at_epoch_end(checkpoint)
+        self._epoch_end_follows = trainer.state.fn == TrainerFn.FITTING and at_epoch_end(checkpoint, trainer)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Also for a resume with nothing left to train, which starts no training.
@@ -115,19 +117,15 @@ def pending_row(trainer: Trainer) -> dict[str, Any] | None:
     None when it logs none there. In ``on_train_batch_end`` (the batch not yet counted complete):
     the step's row, on a logging step. Among an epoch's end hooks (the epoch processed, not yet
     completed): the epoch's row, at the step of its last batch."""
-    connector, loop = trainer._logger_connector, trainer.fit_loop.epoch_loop
-    epoch, batch = trainer.fit_loop.epoch_progress.current, loop.batch_progress.current
+    epoch = trainer.fit_loop.epoch_progress.current
+    batch = trainer.fit_loop.epoch_loop.batch_progress.current
     if epoch.processed > epoch.completed:
-        step = loop._batches_that_stepped - 1
-    elif (
-        batch.processed > batch.completed
-        and connector.should_update_logs
-        and not trainer.fit_loop._should_accumulate()
-    ):
-        step = loop._batches_that_stepped
+        step = logging_step(trainer) - 1
+    elif batch.processed > batch.completed and logs_this_step(trainer) and not accumulating(trainer):
+        step = logging_step(trainer)
     else:
         return None
-    logged = connector.metrics["log"]
+    logged = metrics_to_log(trainer)
     if not logged:
         return None
     metrics = {name: float(value) for name, value in logged.items()}

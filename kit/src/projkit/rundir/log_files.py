@@ -16,6 +16,7 @@ from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
+from projkit.internals.lightning import give_csv_writer
 from projkit.rundir.atomic import replace_atomic, write_atomic
 
 
@@ -32,14 +33,23 @@ class AtomicExperimentWriter(ExperimentWriter):
         self.hparams.update(params)
         save_hparams_atomically(Path(self.log_dir) / self.NAME_HPARAMS_FILE, self.hparams)
 
-    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
-        with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+    def save(self) -> None:
+        """Lightning's save, but a new column (which rewrites the file, every row again under the new
+        header) writes the whole file beside it first, the new rows with it."""
+        path = Path(self.metrics_file_path)
+        new = set().union(*self.metrics) - set(self.metrics_keys)
+        if not (new and path.is_file()):
+            super().save()
+            return
+        self.metrics_keys[:] = sorted([*self.metrics_keys, *new])
+        with path.open(newline="") as file:
             rows = list(csv.DictReader(file))
         text = io.StringIO(newline="")
-        writer = csv.DictWriter(text, fieldnames=fieldnames)
+        writer = csv.DictWriter(text, fieldnames=self.metrics_keys)
         writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(Path(self.metrics_file_path), text.getvalue())
+        writer.writerows([*rows, *self.metrics])
+        write_atomic(path, text.getvalue())
+        self.metrics = []
 
 
 def write_logs_atomically(logger: Logger) -> None:
@@ -47,11 +57,7 @@ def write_logs_atomically(logger: Logger) -> None:
     ``CSVLogger`` or ``TensorBoardLogger`` a config names, so a project's own logger settings and
     older configs get it too."""
     if isinstance(logger, CSVLogger):
-        # A subclass that makes a writer of its own keeps it.
-        if logger._experiment is None and type(logger).experiment is CSVLogger.experiment:
-            # As Lightning's CSVLogger.experiment makes its writer.
-            logger._fs.makedirs(logger.root_dir, exist_ok=True)
-            logger._experiment = AtomicExperimentWriter(log_dir=logger.log_dir)
+        give_csv_writer(logger, AtomicExperimentWriter)
     elif isinstance(logger, TensorBoardLogger):
         logger.save = TensorBoardSave(logger)
 

@@ -231,12 +231,15 @@ def stop_on_signals(server: object) -> None:
     may be waiting on that event's manager connection); before the event exists they interrupt.
     The processes forked from this one inherit the handler and ignore the signal by it: the HTTP
     processes set their own, and LitServe's manager must outlive the drain."""
+    from projkit.internals.litserve import shutdown_event
+
+    shutdown_event(server)  # the attribute is there before a signal needs it
     main = os.getpid()
 
     def stop(signum: int, frame: object) -> None:
         if os.getpid() != main:
             return
-        event = getattr(server, "_shutdown_event", None)
+        event = shutdown_event(server)
         if event is None:
             raise KeyboardInterrupt
         threading.Thread(target=event.set, name="shutdown", daemon=True).start()

@@ -24,12 +24,12 @@ from typing import Any
 import litserve as ls
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from litserve.loops.base import _SENTINEL_VALUE
 from litserve.specs.base import LitSpec
 from litserve.utils import LitAPIStatus, ResponseBufferItem
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
+from projkit.internals.litserve import DrainingServer
 from projkit.preprocessing import Preprocessing
 from projkit.serve.model import IMAGE_TASK, answerer, load_session
 from projkit.serve.requests import BadRequest, Limits, generation_request, image_request
@@ -171,24 +171,5 @@ class ExportedModel(ls.LitAPI):
         return output
 
 
-class Server(ls.LitServer):
-    """LitServe's server, whose shutdown drains before it stops: the HTTP processes first (each
-    answers what it has in flight, as uvicorn does on SIGTERM), then each inference worker by the
-    stop value its loop ends on, so no request is cut off by a terminated worker."""
-
-    def _perform_graceful_shutdown(
-        self, manager: Any, uvicorn_workers: dict, shutdown_reason: str = "normal"
-    ) -> None:
-        for worker in uvicorn_workers.values():
-            if worker.is_alive():
-                worker.terminate()
-        for worker in uvicorn_workers.values():
-            worker.join(self.uvicorn_graceful_timeout)
-        workers = getattr(self, "inference_workers", [])
-        for queue in self.litapi_request_queues.values():
-            for _ in workers:
-                queue.put(_SENTINEL_VALUE)
-        for worker in workers:
-            worker.join(5)
-        alive = {key: worker for key, worker in uvicorn_workers.items() if worker.is_alive()}
-        super()._perform_graceful_shutdown(manager, alive, shutdown_reason)
+# The server the kit runs: LitServe's, with a shutdown that drains (``projkit.internals.litserve``).
+Server = DrainingServer

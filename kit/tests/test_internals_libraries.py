@@ -1,0 +1,153 @@
+"""Contract tests of the seams other than Lightning's loops (test_internals.py): jsonargparse's and
+argparse's parser internals, multiprocessing's and atexit's, torch's dispatch, LitServe's shutdown,
+LightningCLI's subcommand parsers, and the SLURM environment the CLI gives the Trainer."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import multiprocessing
+import os
+import signal
+
+import pytest
+import torch
+from jsonargparse import ArgumentParser
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch import Trainer
+
+from projkit.internals import jsonargparse as jsonargparse_seam
+from projkit.internals import stdlib
+from projkit.internals import torch as torch_seam
+from projkit.reliability.preemption import without_slurm_requeue
+
+
+def test_a_settings_variable_is_named_as_the_parser_reads_it(monkeypatch):
+    parser = ArgumentParser(env_prefix="PL_FIT_", default_env=True)
+    parser.add_argument("--trainer.max_epochs", type=int, default=1)
+    action = next(a for a in stdlib.parser_actions(parser) if a.dest == "trainer.max_epochs")
+    name = jsonargparse_seam.env_var_name(parser, action)
+    assert name == "PL_FIT__TRAINER__MAX_EPOCHS"
+    monkeypatch.setenv(name, "7")
+    assert parser.parse_args([]).trainer.max_epochs == 7
+
+
+def test_a_subcommands_help_line_is_set_where_help_shows_it():
+    parser = ArgumentParser(prog="tool")
+    subcommands = parser.add_subcommands()
+    subcommands.add_subcommand("fit", ArgumentParser(), help="Lightning's line")
+    action = jsonargparse_seam.subcommands_action(parser)
+    assert set(action.choices) == {"fit"}
+    for choice in stdlib.choice_help_actions(action):
+        choice.help = "train a model"
+    assert "train a model" in parser.format_help() and "Lightning's line" not in parser.format_help()
+
+
+def test_a_forked_child_becomes_a_main_process():
+    main = multiprocessing.current_process()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+
+    def child() -> None:
+        stdlib.become_main_process(main)
+        queue.put((multiprocessing.current_process() is main, multiprocessing.parent_process() is None))
+
+    process = context.Process(target=child)
+    process.start()
+    process.join(30)
+    assert queue.get(timeout=5) == (True, True)
+
+
+def test_exit_functions_run_when_asked(tmp_path):
+    """In a forked child, as the kit uses it: this process's own exit functions must not run here."""
+    marker = tmp_path / "ran"
+    child = os.fork()
+    if child == 0:
+        atexit._clear()  # the test process's own, which must not run in its copy
+        atexit.register(marker.write_text, "yes")
+        stdlib.run_exit_functions()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert marker.read_text() == "yes"
+
+
+class Ops(torch_seam.TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.add(func.overloadpacket)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_private_operations_are_what_reads_of_device_values_dispatch_to():
+    values = torch.tensor([1.0, 2.0, 2.0])
+    with Ops() as ops:
+        values.sum().item()
+    assert torch_seam.LOCAL_SCALAR_DENSE in ops.seen
+    with Ops() as ops:
+        torch.unique(values)
+    assert ops.seen & torch_seam.UNIQUE_OPS
+    # What ``index_put_`` runs below dispatch on some devices: a boolean mask's assignment.
+    torch_seam.INDEX_PUT_IMPL(values, [values > 1], torch.tensor([5.0, 6.0]))
+    assert values.tolist() == [1.0, 5.0, 6.0]
+    assert torch_seam.tree_leaves({"a": [values, (1, values)]}) == [values, 1, values]
+
+
+def test_litserves_stop_value_is_what_its_worker_loops_end_on():
+    pytest.importorskip("litserve")
+    from litserve.loops import simple_loops
+
+    from projkit.internals import litserve as litserve_seam
+
+    assert "if request_data == _SENTINEL_VALUE:" in inspect.getsource(simple_loops)
+    server_source = inspect.getsource(litserve_seam.ls.LitServer)
+    assert "self._shutdown_event = manager.Event()" in server_source
+
+
+def test_lightning_cli_keeps_each_subcommands_parser(tmp_path):
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+
+    from projkit.internals.lightning import subcommand_parser
+
+    cli = LightningCLI(
+        BoringModel,
+        BoringDataModule,
+        args=["fit", "--trainer.fast_dev_run=1", f"--trainer.default_root_dir={tmp_path}"],
+    )
+    parser = subcommand_parser(cli, "fit")
+    assert any(action.dest == "trainer.max_epochs" for action in stdlib.parser_actions(parser))
+
+
+SLURM = {
+    "SLURM_NTASKS": "1",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+}
+
+
+def test_under_slurm_the_trainer_gets_slurms_environment_without_its_requeue(monkeypatch):
+    for name, value in SLURM.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    (environment,) = without_slurm_requeue(None)
+    assert isinstance(environment, SLURMEnvironment) and not environment.auto_requeue
+    before = signal.getsignal(signal.SIGUSR1)
+    trainer = Trainer(accelerator="cpu", logger=False, plugins=[environment])
+    trainer._signal_connector.register_signal_handlers()
+    try:
+        assert signal.getsignal(signal.SIGUSR1) == before  # no requeue handler
+    finally:
+        trainer._signal_connector.teardown()
+    given = SLURMEnvironment()
+    assert without_slurm_requeue([given, "bf16-mixed"]) == [given, "bf16-mixed"] and not given.auto_requeue
+
+
+def test_outside_slurm_no_environment_is_added(monkeypatch):
+    for name in SLURM:
+        monkeypatch.delenv(name, raising=False)
+    assert without_slurm_requeue(None) == []
