@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import (
     Callback,
@@ -225,8 +226,14 @@ class ProjectCLI(LightningCLI):
         command_line = self.command_line if isinstance(self.command_line, (list, tuple)) else []
         check_special_files(command_line, parser)
         check_environment_names(command_line, self.subcommands(), parser)
-        # As given: None reads sys.argv, which Lightning warns about when it is passed in as well.
-        super().parse_arguments(parser, args)
+        if args is None:  # the command line: Lightning parses sys.argv
+            super().parse_arguments(parser, args)
+        else:
+            # `<package>.main([...])`, from Python on purpose (a notebook, a test), where sys.argv holds
+            # the kernel's or pytest's own flags: parsed as Lightning 2.6.6 does, without its warning
+            # that "args" and sys.argv are both given.
+            parse = parser.parse_object if isinstance(args, (dict, Namespace)) else parser.parse_args
+            self.config = parse(args)
         subcommand = self.config.get("subcommand")
         if subcommand in OWN_SUBCOMMANDS:
             example = "sweep --config SWEEP.yaml" if subcommand == "sweep" else "serve EXPORT_FOLDER"
