@@ -10,11 +10,9 @@ config is written into the run's own directory, and ``fit`` can finish by testin
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import sys
-import warnings
 from pathlib import Path
 
 import torch
@@ -116,21 +114,8 @@ DESCRIPTION_OF_PROG = (
     "Train, evaluate, export, sweep and serve models. `{prog} SUBCOMMAND --help` lists its options."
 )
 
-# What a run prints is what the user can act on. These say nothing actionable: an advert for a
-# hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
-# will delete metrics.csv, which the CLI moves aside and writes back before the logger opens it.
-warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
-
-
-class _NoTips(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
-
-
-for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-    logging.getLogger(_name).addFilter(_NoTips())
-
+# What a run prints is what the user can act on: what the libraries say that no user can act on is
+# silenced in one place, projkit.library_warnings, which every command installs as it starts.
 check_every_yaml()
 
 
