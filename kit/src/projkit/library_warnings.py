@@ -26,6 +26,7 @@ LIGHTNING_CLI = r"lightning\.pytorch\.cli\Z"
 LIGHTNING_PYTREE = r"lightning\.pytorch\.utilities\._pytree\Z"
 LIGHTNING_CSV_LOGS = r"lightning\.fabric\.loggers\.csv_logs\Z"
 LIGHTNING_SLURM = r"lightning\.fabric\.plugins\.environments\.slurm\Z"
+LIGHTNING_DATA_CONNECTOR = r"lightning\.pytorch\.trainer\.connectors\.data_connector\Z"
 SERVE = r"projkit\.serve\Z"
 
 # (message, category, module), as ``warnings.filterwarnings`` takes them: the message a regular
@@ -68,6 +69,17 @@ class _NoAdverts(logging.Filter):
 
 
 _NO_ADVERTS = _NoAdverts()
+
+
+def whole_tensor_loader(name: str) -> None:
+    """Lightning 2.6.6 suggests loader workers for each loader with fewer than 2, on any machine of 3
+    or more cores. A whole-tensor dataset (``projkit.data.loaders.batched``) is cut one batch at a time
+    in the main process, 3-8x faster than by workers (docs/data.md): the loader ``name``
+    (``train_dataloader``, ``val_dataloader``, ...), which the kit builds on one, goes without the
+    hint. A per-item dataset's loader (files decoded one by one) keeps it: raising its num_workers is
+    the user's to do. (PossibleUserWarning is a UserWarning.)"""
+    message = rf"The '{name}' does not have many workers"
+    warnings.filterwarnings("ignore", message=message, category=UserWarning, module=LIGHTNING_DATA_CONNECTOR)
 
 
 def install() -> None:
