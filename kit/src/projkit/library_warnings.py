@@ -7,9 +7,9 @@ itself made a library warn, the kit's call is fixed instead (LightningCLI's ``ar
 ``ProjectCLI.parse_arguments``). What stays here is each library warning about its own code, or
 about a choice the kit made for the user, matched narrowly: the message, the category, and the
 module the warning is raised from, so that the same warning raised by another caller (the kit's own
-code, the owner's) still shows. ``kit/tests/test_user_warnings.py`` runs every command with
-``-W default`` and fails on any warning that is neither silenced here nor one its allow-list names as
-the user's; ``kit/docs/runs.md`` ("Warnings") lists those.
+code, the owner's) still shows. ``kit/tests/test_user_warnings.py`` runs the commands with every
+warning shown (``PYTHONWARNINGS=default``) and fails on any warning that is neither silenced here nor
+one its allow-list names as the user's; ``kit/docs/runs.md`` ("Warnings") lists those.
 
 Each entry names the library version that raised it: after an upgrade that fixes one, delete it.
 Nothing here imports the libraries (``serve`` and ``sweep`` start without torch and Lightning), so
@@ -74,7 +74,7 @@ _NO_ADVERTS = _NoAdverts()
 def whole_tensor_loader(name: str) -> None:
     """Lightning 2.6.6 suggests loader workers for each loader with fewer than 2, on any machine of 3
     or more cores. A whole-tensor dataset (``projkit.data.loaders.batched``) is cut one batch at a time
-    in the main process, 3-8x faster than by workers (docs/data.md): the loader ``name``
+    in the main process, measured 3-8x faster than by workers: the loader ``name``
     (``train_dataloader``, ``val_dataloader``, ...), which the kit builds on one, goes without the
     hint. A per-item dataset's loader (files decoded one by one) keeps it: raising its num_workers is
     the user's to do. (PossibleUserWarning is a UserWarning.)"""
