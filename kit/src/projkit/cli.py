@@ -10,14 +10,13 @@ config is written into the run's own directory, and ``fit`` can finish by testin
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import sys
-import warnings
 from pathlib import Path
 
 import torch
+from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import (
     Callback,
@@ -116,21 +115,8 @@ DESCRIPTION_OF_PROG = (
     "Train, evaluate, export, sweep and serve models. `{prog} SUBCOMMAND --help` lists its options."
 )
 
-# What a run prints is what the user can act on. These say nothing actionable: an advert for a
-# hosted service, a deprecation inside Lightning's own code, and the CSV logger's notice that it
-# will delete metrics.csv, which the CLI moves aside and writes back before the logger opens it.
-warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
-
-
-class _NoTips(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip")
-
-
-for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
-    logging.getLogger(_name).addFilter(_NoTips())
-
+# What a run prints is what the user can act on: what the libraries say that no user can act on is
+# silenced in one place, projkit.library_warnings, which every command installs as it starts.
 check_every_yaml()
 
 
@@ -224,8 +210,14 @@ class ProjectCLI(LightningCLI):
         command_line = self.command_line if isinstance(self.command_line, (list, tuple)) else []
         check_special_files(command_line, parser)
         check_environment_names(command_line, self.subcommands(), parser)
-        # As given: None reads sys.argv, which Lightning warns about when it is passed in as well.
-        super().parse_arguments(parser, args)
+        if args is None:  # the command line: Lightning parses sys.argv
+            super().parse_arguments(parser, args)
+        else:
+            # `<package>.main([...])`, from Python on purpose (a notebook, a test), where sys.argv holds
+            # the kernel's or pytest's own flags: parsed as Lightning 2.6.6 does, without its warning
+            # that "args" and sys.argv are both given.
+            parse = parser.parse_object if isinstance(args, (dict, Namespace)) else parser.parse_args
+            self.config = parse(args)
         subcommand = self.config.get("subcommand")
         if subcommand in OWN_SUBCOMMANDS:
             example = "sweep --config SWEEP.yaml" if subcommand == "sweep" else "serve EXPORT_FOLDER"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from projkit import library_warnings
 from projkit.context import use
 from projkit.layout import note_left_behind
 from projkit.lifetime import end_with, launched_rank
@@ -58,6 +59,7 @@ class Project:
         """``python -m <package> ARGS``: the subcommand of ``argv`` (``sys.argv[1:]`` by default).
         ``sweep`` and ``serve`` are dispatched before torch and Lightning are imported: they need neither."""
         use(self)
+        library_warnings.install()
         args = list(sys.argv[1:] if argv is None else argv)
         check_supported_versions()
         check_launcher_variables()
@@ -87,6 +89,7 @@ class Project:
         """The command line in this process, for tests and notebooks: ``main(["fit", ...])`` returns
         the CLI object (its ``trainer``, ``model``, ``datamodule``), ``run=False`` builds them only."""
         use(self)
+        library_warnings.install()
         check_supported_versions()
         from projkit.cli import main
 

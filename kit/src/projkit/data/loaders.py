@@ -10,6 +10,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset
 
+from projkit import library_warnings
 from projkit.data.in_memory import keep_batch
 from projkit.reliability import TrainOrder
 
@@ -44,6 +45,13 @@ def eval_loader(
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, **options)
 
 
+def _without_worker_hint(dataset: Dataset, prefix: str) -> None:
+    """A whole-tensor dataset's loader (Lightning's ``<prefix>_dataloader``), cut a batch at a time in
+    this process, goes without Lightning's hint to add loader workers, which would only slow it."""
+    if batched(dataset):
+        library_warnings.whole_tensor_loader(f"{prefix}_dataloader")
+
+
 class SplitLoaders:
     """The loaders and checkpoint hooks of a data module whose splits are datasets in ``self.splits``:
     training in ``self.train_order``'s resumable order, evaluation in order, with the module's saved
@@ -63,6 +71,7 @@ class SplitLoaders:
 
     def train_dataloader(self) -> DataLoader:
         dataset, settings = self.splits["train"], self.hparams
+        _without_worker_hint(dataset, "train")
         return self.train_order.loader(
             dataset,
             settings.batch_size,
@@ -80,6 +89,9 @@ class SplitLoaders:
 
     def loader(self, split: str) -> DataLoader:
         settings = self.hparams
+        stage = getattr(getattr(self.trainer, "state", None), "stage", None)
+        if stage is not None:  # the loop that asks: val (or the sanity check), test or predict
+            _without_worker_hint(self.splits[split], stage.dataloader_prefix)
         return eval_loader(
             self.splits[split], settings.batch_size, self.trainer, settings.num_workers, settings.pin_memory
         )
