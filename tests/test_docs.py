@@ -80,15 +80,24 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
     ]
 
 
+def code_blocks(page: Path, language: str) -> list[str]:
+    """The page's fenced blocks of ``language`` (``bash``, ``python``), in order, as written."""
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), re.M | re.S)
+
+
+def bash_lines(block: str) -> list[str]:
+    """A bash block's lines as the shell reads them: a line ending in a backslash joined to the next."""
+    return block.replace("\\\n", " ").splitlines()
+
+
 def proj_commands() -> list[tuple[str, dict[str, str], list[str]]]:
     """Each ``python -m proj`` line of the pages' bash blocks (``python -m <package>`` on the kit's
     pages): (where, environment, arguments)."""
     commands = []
     for page in PAGES:
-        text = page.read_text()
         package = "<package>" if page in KIT_PAGES else "proj"
-        for block in re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S):
-            for line in block.replace("\\\n", " ").splitlines():
+        for block in code_blocks(page, "bash"):
+            for line in bash_lines(block):
                 words = shlex.split(line, comments=True)
                 where = f"{page.relative_to(ROOT)}: {shlex.join(words)}"
                 env = {}

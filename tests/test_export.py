@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from projkit.testing import config
 from projkit.testing.export import assert_same_as_checkpoint, export_of, fit_and_export, variant
 
 from conftest import ROOT
-from proj.data import DigitsDataModule
+from proj import main
+from proj.data import DigitsDataModule, text
 from proj.models import ImageClassifier, LanguageModel
 from proj.nets import MLP, TorchvisionNet
 
@@ -125,6 +127,36 @@ def test_gpt_export_equals_the_checkpoint_at_any_length(text_export):
     for length in (1, 17, 32):
         cut = windows[:, :length]
         assert_same_as_checkpoint(folder, reference, cut, cut)
+
+
+@pytest.mark.slow
+def test_gpt_export_and_predict_need_no_text_and_download_nothing(text_export, monkeypatch, capsys):
+    """The vocabulary is the checkpoint's, as an image model's classes are: with no text at the
+    config's path (in a folder that does not exist, the real url still set), `export` and `predict
+    --ckpt_path last` run and download nothing (the download and the network fail the test if called)."""
+    ckpt, _, _ = text_export
+    monkeypatch.chdir(ckpt.parents[4])
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a download was tried: {args}")
+
+    monkeypatch.setattr(text, "download", no_network)
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    gone = (*TEXT, *TINY_GPT, "--data.init_args.path=no_such_folder/input.txt", "--ckpt_path=last")
+    reference = LanguageModel.load_from_checkpoint(ckpt, map_location="cpu")
+
+    main(["export", *gone, "--formats=onnx"])
+    exported = re.findall(r"^Exported (.+)$", capsys.readouterr().out, re.M)
+    folder = Path("runs/shakespeare_char_cpu/version_0/export/last")
+    assert exported == [str(folder / "model.onnx"), str(folder / "model.json")]
+    assert json.loads((folder / "model.json").read_text())["vocab"] == reference.vocab
+    prompts = '--data.init_args.predict_prompts=["Thou", "Shall"]'
+    predicted = main(
+        ["predict", *gone, prompts, "--model.init_args.predict_tokens=8", "--model.init_args.temperature=0"]
+    )
+    expected = [reference.generate(prompt, 8, temperature=0.0) for prompt in ("Thou", "Shall")]
+    assert predicted.trainer.predict_loop.predictions == [expected]
+    assert not Path("no_such_folder").exists()
 
 
 @pytest.mark.slow

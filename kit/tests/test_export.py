@@ -127,6 +127,24 @@ def test_token_model_export_equals_the_checkpoint_at_any_length(lm_export):
 
 
 @pytest.mark.slow
+def test_best_and_last_export_into_folders_named_by_the_keyword(classify_export, monkeypatch, capsys):
+    """``--ckpt_path best`` writes ``export/best/`` whatever the best file is called (its name holds
+    its epoch and loss, which no page or script can know), ``last`` ``export/last/``; model.json names
+    the file the keyword found."""
+    ckpt, _, _ = classify_export
+    run = ckpt.parents[1]
+    monkeypatch.chdir(run.parents[2])
+    best = next(p for p in (run / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt")
+    for keyword, found in (("best", best), ("last", ckpt)):
+        capsys.readouterr()
+        main(["export", *CLASSIFY, f"--ckpt_path={keyword}", "--formats=onnx"])
+        folder = run.relative_to(Path.cwd()) / "export" / keyword
+        assert f"Exported {folder}/model.json" in capsys.readouterr().out
+        spec = json.loads((folder / "model.json").read_text())
+        assert spec["checkpoint"]["path"] == str(found)
+
+
+@pytest.mark.slow
 def test_a_compiled_network_exports(classify_export, workdir):
     # A compiled run's checkpoint: the same weights and keys (the network compiles in place), with
     # `compile: true` among its hyperparameters, which rebuild the model for export.

@@ -3,7 +3,7 @@ gone, and only then: without a checkpoint the data's own refusal stands."""
 
 import pytest
 
-from projkit.data.facts import file_fact, use_checkpoint_facts
+from projkit.data.facts import checkpoint_fact, file_fact, use_checkpoint_facts
 from projkit.errors import ConfigError
 
 
@@ -47,3 +47,13 @@ def test_without_a_checkpoint_or_its_fact_the_data_s_refusal_stands():
     use_checkpoint_facts({"hyper_parameters": {"num_classes": 2}})
     with pytest.raises(ConfigError, match="fewer than two"):
         _ = Folder(None).input_shape
+
+
+def test_checkpoint_fact_is_the_checkpoint_s_own_for_a_data_module_that_would_download():
+    """What a data module that fetches its files asks before fetching: the checkpoint's fact (a list
+    as a tuple, as the data module gives it), None without a checkpoint or that fact."""
+    use_checkpoint_facts(None)
+    assert checkpoint_fact("vocab") is None
+    use_checkpoint_facts({"hyper_parameters": {"vocab": "ab", "classes": ["x", "y"]}})
+    assert checkpoint_fact("vocab") == "ab" and checkpoint_fact("classes") == ("x", "y")
+    assert checkpoint_fact("input_shape") is None

@@ -1,7 +1,8 @@
 """``export``: a checkpoint as files that a deployment runs without the template.
 
 A checkpoint is for resuming; a deployment needs the function alone. ``export`` writes, into the
-checkpoint's run directory under ``export/<checkpoint name>/``:
+checkpoint's run directory, under ``export/best/`` or ``export/last/`` for ``--ckpt_path best`` or
+``last`` (a folder that scripts and pages can name), ``export/<checkpoint file name>/`` for a path:
 
 - ``model.onnx``, for onnxruntime and the other ONNX runtimes (``torch.onnx.export(dynamo=True)``);
 - ``model.pt2``, a ``torch.export`` program, which ``torch.export.load`` reads with nothing but torch;
@@ -42,6 +43,7 @@ from projkit.deploy import EXAMPLES, Deployable
 from projkit.errors import DISK_ERRORS, ConfigError, ExportCheckError
 from projkit.protocol import DEPLOYABLE
 from projkit.rundir.atomic import restore_folder, swap_folder, write_atomic
+from projkit.rundir.ckpt_path import keyword_of
 from projkit.rundir.lock import RunLock
 
 FORMATS = ("onnx", "pt2")
@@ -123,14 +125,17 @@ def parse_formats(formats: str) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def export_folder(ckpt_path: Path) -> Path:
-    """``<run>/export/<checkpoint name>/`` for a checkpoint of a run (``<run>/checkpoints/x.ckpt``),
-    ``export/<name>/`` beside any other checkpoint file: best and last of a run never overwrite
-    each other's export. Relative as ``ckpt_path`` is: it is printed as the user gave it."""
+def export_folder(ckpt_path: Path, keyword: str | None = None) -> Path:
+    """``<run>/export/<name>/`` for a checkpoint of a run (``<run>/checkpoints/x.ckpt``),
+    ``export/<name>/`` beside any other checkpoint file; ``name`` is the ``--ckpt_path`` keyword that
+    found it (``best``, ``last``), else the file's name. Best and last of a run never overwrite each
+    other's export, and ``export/best/`` is where the best is whatever its file is called (the
+    file's name holds its epoch and step, which no page or script can know). Relative as
+    ``ckpt_path`` is: it is printed as the user gave it."""
     ckpt_path = Path(os.path.normpath(ckpt_path))
     in_run = ckpt_path.resolve().parent.name == "checkpoints"
     run = ckpt_path.parent.parent if in_run else ckpt_path.parent
-    return run / EXPORT_DIR / ckpt_path.stem
+    return run / EXPORT_DIR / (keyword or ckpt_path.stem)
 
 
 def export_checkpoint(
@@ -157,7 +162,7 @@ def export_checkpoint(
     artifact_inputs = deployable.inputs(model_inputs)
     program = trace(deployable, artifact_inputs[:2], model)
 
-    folder = export_folder(ckpt_path)
+    folder = export_folder(ckpt_path, keyword_of(ckpt_path))
     if ckpt_path.resolve().parent.name == "checkpoints":  # a run's: no other command writes there meanwhile
         RunLock.acquire(folder.parent.parent)
     folder.parent.mkdir(parents=True, exist_ok=True)

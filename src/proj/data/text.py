@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from projkit.data import checks
+from projkit.data.facts import checkpoint_fact
 from projkit.data.loaders import SplitLoaders
 from projkit.errors import ConfigError
 from projkit.reliability import TrainOrder
@@ -98,7 +100,9 @@ class TextDataModule(SplitLoaders, LightningDataModule):
     The vocabulary is the sorted set of the file's characters. The CLI links it (``vocab``,
     ``vocab_size``) into the model when it instantiates this module, before ``prepare_data`` runs:
     the network's size depends on the data, so the file is read, and downloaded from ``url`` if it
-    is absent, as soon as the vocabulary is asked for. ``sha256`` is checked on a download only, so
+    is absent, as soon as the vocabulary is asked for. A command that reads a checkpoint (export,
+    predict, test) takes the checkpoint's vocabulary instead where the file is absent, and export and
+    predict, which read no text, download nothing. ``sha256`` is checked on a download only, so
     ``path`` may point at any text of your own (set ``url`` to null to forbid downloading).
 
     The first ``train_fraction`` of the text trains, the rest validates. A training epoch is
@@ -151,13 +155,18 @@ class TextDataModule(SplitLoaders, LightningDataModule):
     @property
     def text(self) -> str:
         if self._text is None:
-            self.prepare_data()
+            self.fetch()
             self._text = self.read()
         return self._text
 
     @property
     def vocab(self) -> str:
         if self._vocab is None:
+            saved = checkpoint_fact("vocab")
+            if saved is not None and not self.path.is_file():
+                # The checkpoint's characters, not a download: the text itself is only for
+                # training and evaluation, which fetch it in prepare_data.
+                return saved
             self._vocab = "".join(sorted(set(self.text)))
         return self._vocab
 
@@ -170,6 +179,16 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         return CharTokenizer(self.vocab)
 
     def prepare_data(self) -> None:
+        """Lightning's hook before each stage: the text, downloaded if absent. ``predict`` continues
+        the prompts and reads no text, so it downloads nothing."""
+        trainer = self.trainer
+        if trainer is not None and trainer.state.fn == TrainerFn.PREDICTING:
+            return
+        self.fetch()
+
+    def fetch(self) -> None:
+        """The text file at ``path``, downloaded from ``url`` if it is absent; a folder, a device
+        or a missing file without ``url`` is refused with the fix."""
         if self.path.is_dir():
             raise ValueError(
                 f"data.path: '{self.path}' is a folder, not a text file. Point data.init_args.path at "

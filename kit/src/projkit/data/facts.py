@@ -44,6 +44,14 @@ def use_checkpoint_facts(checkpoint: dict | None) -> None:
     _saved.set({fact: facts[fact] for fact, _ in FACTS if facts.get(fact) is not None})
 
 
+def checkpoint_fact(name: str) -> Any:
+    """The fact ``name`` as the command's checkpoint states it; None without a checkpoint or that
+    fact. For a data module whose files are fetched (downloaded) when absent: with the checkpoint's
+    fact at hand, ``export`` and ``predict`` need neither the files nor the network."""
+    saved = (_saved.get() or {}).get(name)
+    return tuple(saved) if isinstance(saved, list) else saved
+
+
 class file_fact(property):
     """A data module's fact read from its files, such as class names from folder names. A command
     that reads a checkpoint (predict, test, export, a resume) takes it from the checkpoint where the
@@ -57,7 +65,7 @@ class file_fact(property):
         try:
             return super().__get__(instance, owner)
         except (OSError, ConfigError):
-            saved = (_saved.get() or {}).get(self.fget.__name__)
+            saved = checkpoint_fact(self.fget.__name__)
             if saved is None:
                 raise
-            return tuple(saved) if isinstance(saved, list) else saved
+            return saved

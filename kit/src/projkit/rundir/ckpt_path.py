@@ -4,6 +4,7 @@ the command then writes into (that checkpoint's own)."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,17 @@ from projkit.checks.checkpoint import check_ckpt_path, load_checkpoint
 from projkit.errors import ConfigError
 from projkit.rundir.claim import JOB_FILE, job_id
 from projkit.rundir.naming import class_of, experiment_dir, logger_kind, same_experiment, version_of
+
+# The keyword this command's --ckpt_path gave (`last`, `best`) and the file it found: `export` names
+# its folder by the keyword, so the folder a page or script names for `best` stays the same.
+_named: ContextVar[tuple[str, Path] | None] = ContextVar("ckpt_keyword", default=None)
+
+
+def keyword_of(path: str | Path) -> str | None:
+    """``last`` or ``best`` where this command's ``--ckpt_path`` named ``path`` by that keyword;
+    None where it gave the path itself (or named another file)."""
+    named = _named.get()
+    return named[0] if named is not None and named[1] == Path(path) else None
 
 
 def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser) -> dict | None:
@@ -32,6 +44,7 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     """
     ckpt_path = config.get("ckpt_path")
     evaluating = subcommand != "fit"
+    _named.set(None)
     if ckpt_path is None:
         if evaluating and not config.get("allow_untrained") and not config.model.init_args.get("init_from"):
             parser.error(
@@ -50,6 +63,8 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
             config.ckpt_path = None
             return None
         path, checkpoint = found
+        if ckpt_path in ("last", "best"):
+            _named.set((ckpt_path, path))
         config.ckpt_path = ckpt_path = str(path)
     # The newest checkpoint was read while searching: checked as read, not read again.
     checkpoint = check_ckpt_path(ckpt_path, parser, config, checkpoint)
