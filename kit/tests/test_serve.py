@@ -301,6 +301,21 @@ def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_re
 
 
 @pytest.mark.slow
+def test_a_request_that_waits_past_the_timeout_gets_504(text_case, tmp_path):
+    export, _, _ = text_case
+    slow = SlowModel(export, tmp_path)
+    server = ServedExport(str(slow.folder), "--timeout=0.5").start(healthy=False)
+    try:
+        assert slow.listening(server) == 503
+        status, answer = server.post(json.dumps(GREEDY).encode(), "application/json")
+        assert status == 504 and "did not answer within --timeout 0.5 s" in answer["detail"], answer
+    finally:
+        slow.release.set()
+        code = server.stop()
+    assert code == 0, server.output
+
+
+@pytest.mark.slow
 def test_a_lone_request_is_a_batch_of_one(image_case):
     files, _, server = image_case
     before = server.request("GET", "/info")[1]["server"]
