@@ -1,16 +1,14 @@
 """Contract tests of the seams other than Lightning's loops (test_internals.py): jsonargparse's and
-argparse's parser internals, multiprocessing's and atexit's, torch's dispatch, LitServe's shutdown,
+argparse's parser internals, multiprocessing's and atexit's, torch's dispatch,
 LightningCLI's subcommand parsers, and the SLURM environment the CLI gives the Trainer."""
 
 from __future__ import annotations
 
 import atexit
-import inspect
 import multiprocessing
 import os
 import signal
 
-import pytest
 import torch
 from jsonargparse import ArgumentParser
 from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -93,17 +91,6 @@ def test_the_private_operations_are_what_reads_of_device_values_dispatch_to():
     torch_seam.INDEX_PUT_IMPL(values, [values > 1], torch.tensor([5.0, 6.0]))
     assert values.tolist() == [1.0, 5.0, 6.0]
     assert torch_seam.tree_leaves({"a": [values, (1, values)]}) == [values, 1, values]
-
-
-def test_litserves_stop_value_is_what_its_worker_loops_end_on():
-    pytest.importorskip("litserve")
-    from litserve.loops import simple_loops
-
-    from projkit.internals import litserve as litserve_seam
-
-    assert "if request_data == _SENTINEL_VALUE:" in inspect.getsource(simple_loops)
-    server_source = inspect.getsource(litserve_seam.ls.LitServer)
-    assert "self._shutdown_event = manager.Event()" in server_source
 
 
 def test_lightning_cli_keeps_each_subcommands_parser(tmp_path):

@@ -1,17 +1,21 @@
 """`python -m tinyproj serve`: real servers on 127.0.0.1, asked over real HTTP. Their answers equal
 ``predict``'s for the same files and prompts; every kind of bad request gets a 4xx and its one line,
 and a good request still gets its answer after each (a seeded fuzzer of request kinds); a request
-that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0; a missing or
-damaged export, or a setting no server runs with, is refused at start in one line."""
+that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0, and a
+request after it on a kept-alive connection gets 503 with Connection: close; requests that wait
+for the model share a call, a lone one is a call of its own; ``--workers`` processes answer alike
+and end with a parent killed by kill -9, the port free. (test_serve_start.py: refusals at start.)"""
 
 from __future__ import annotations
 
 import csv
+import http.client
 import json
 import os
 import random
 import re
 import shutil
+import socket
 import threading
 import time
 from pathlib import Path
@@ -24,7 +28,6 @@ from PIL import Image
 import bad_requests
 from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
 from conftest import main
-from projkit import serve
 from projkit.callbacks import PredictionFileWriter
 from projkit.preprocessing import Preprocessing
 from projkit.testing import TINY_FIT, ServedExport, config
@@ -188,133 +191,167 @@ def accepted_connections(server: ServedExport) -> int:
     )
 
 
+class SlowModel:
+    """A copy of ``export`` whose model.onnx is a pipe: the check at start reads it at once, the
+    server's model thread only once ``release`` is set, so requests wait for the model meanwhile."""
+
+    def __init__(self, export: Path, folder: Path) -> None:
+        self.folder = folder / "slow"
+        shutil.copytree(export, self.folder)
+        self.model = (self.folder / "model.onnx").read_bytes()
+        (self.folder / "model.onnx").unlink()
+        os.mkfifo(self.folder / "model.onnx")
+        self.release = threading.Event()
+        threading.Thread(target=self.feed, daemon=True).start()
+
+    def feed(self) -> None:
+        for turn in range(2):
+            if turn:
+                self.release.wait()
+            with open(self.folder / "model.onnx", "wb") as pipe:
+                pipe.write(self.model)
+
+    def listening(self, server: ServedExport) -> int:
+        """The status of the first ``/health`` the server answers (bounded by the request's own
+        timeout when it never listens)."""
+        while True:
+            try:
+                return server.request("GET", "/health", timeout=5)[0]
+            except OSError:
+                assert server.process.poll() is None, "the server stopped while its model loaded"
+                time.sleep(0.05)
+
+
+def asking(server: ServedExport, count: int, answers: list) -> list[threading.Thread]:
+    """``count`` threads, started, each posting GREEDY's prompt once into ``answers``."""
+    body = json.dumps(GREEDY).encode()
+    threads = [
+        threading.Thread(target=lambda: answers.append(server.post(body, "application/json")), daemon=True)
+        for _ in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
 @pytest.mark.slow
 def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, tmp_path):
     """The model arrives through a pipe, as slowly as the test lets it: the server listens, /health
     says 503, requests wait; SIGTERM then stops the server only after they are answered, exit 0."""
     export, text, _ = text_case
-    slow = tmp_path / "slow"
-    shutil.copytree(export, slow)
-    model = (slow / "model.onnx").read_bytes()
-    (slow / "model.onnx").unlink()
-    os.mkfifo(slow / "model.onnx")
-    release = threading.Event()
-
-    def feed() -> None:  # once for the check at start, once for the worker, when released
-        for turn in range(2):
-            if turn:
-                release.wait()
-            with open(slow / "model.onnx", "wb") as pipe:
-                pipe.write(model)
-
-    threading.Thread(target=feed, daemon=True).start()
-    server = ServedExport(str(slow)).start(healthy=False)
+    slow = SlowModel(export, tmp_path)
+    server = ServedExport(str(slow.folder)).start(healthy=False)
     answers: list = []
     try:
-        while True:  # bounded by the request's own timeout when the server never listens
-            try:
-                status, _ = server.request("GET", "/health", timeout=5)
-                break
-            except OSError:
-                assert server.process.poll() is None, "the server stopped while its model loaded"
-                time.sleep(0.05)
-        assert status == 503
-        body = json.dumps(GREEDY).encode()
-        asking = [
-            threading.Thread(
-                target=lambda: answers.append(server.post(body, "application/json")), daemon=True
-            )
-            for _ in range(3)
-        ]
-        for thread in asking:
-            thread.start()
+        assert slow.listening(server) == 503
+        threads = asking(server, 3, answers)
         while accepted_connections(server) < 3:
             assert server.process.poll() is None and not answers
             time.sleep(0.05)
         assert not answers, "nothing is answered before the model is in"
         server.process.send_signal(15)
-        release.set()
-        for thread in asking:
+        slow.release.set()
+        for thread in threads:
             thread.join(60)
     finally:
-        release.set()
+        slow.release.set()
         code = server.stop()
     assert code == 0, server.output
     assert answers == [(200, answers[0][1])] * 3 and answers[0][1]["text"] == text
     assert "Server stopped." in server.output
 
 
-@pytest.mark.parametrize(
-    ("make", "said"),
-    [
-        (lambda f: f / "nowhere", r"no such export folder"),
-        (lambda f: f, r"no model\.json in it"),
-        (
-            lambda f: (f / "model.json").write_text("{") and (f / "model.onnx").write_bytes(b"x") and f,
-            "is no valid JSON",
-        ),
-        (
-            lambda f: (
-                (f / "model.json").write_text('{"task": "segmentation"}')
-                and (f / "model.onnx").write_bytes(b"x")
-                and f
-            ),
-            "task 'segmentation' is none this server answers",
-        ),
-        (
-            lambda f: (
-                (f / "model.json").write_text(
-                    json.dumps(
-                        {
-                            "task": "image classification",
-                            "input": {"name": "pixels"},
-                            "classes": ["a", "b"],
-                            "preprocessing": Preprocessing.stretch((1, 4, 4)).describe(),
-                        }
-                    )
-                )
-                and (f / "model.onnx").write_bytes(b"\x08\x07garbage")
-                and f
-            ),
-            r"model\.onnx: onnxruntime cannot load it .*; export the checkpoint again\.",
-        ),
-    ],
-    ids=["missing", "empty", "json-corrupt", "unknown-task", "onnx-corrupt"],
-)
-def test_a_missing_or_damaged_export_is_refused_at_start_in_one_line(make, said, tmp_path, capsys):
-    folder = make(tmp_path)
-    with pytest.raises(SystemExit) as exit_info:
-        serve.main([str(folder)])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert re.fullmatch(rf"error: .*{said}.*\n", err), err
+@pytest.mark.slow
+def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_requests_batch(
+    text_case, tmp_path
+):
+    """Three requests queue while the model loads, on a server that batches up to 4: the model
+    answers them in one call once it is in, as the server's log says. A client
+    whose kept-alive connection asks again after SIGTERM is told 503 with Connection: close."""
+    export, text, _ = text_case
+    slow = SlowModel(export, tmp_path)
+    server = ServedExport(str(slow.folder), "--max_batch_size=4").start(healthy=False)
+    kept = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    answers: list = []
+    try:
+        assert slow.listening(server) == 503
+        threads = asking(server, 3, answers)
+        while server.request("GET", "/info")[1]["server"]["queued"] < 3:
+            assert server.process.poll() is None and not answers
+            time.sleep(0.05)
+        kept.request("GET", "/info")
+        response = kept.getresponse()
+        assert response.status == 200 and response.read() and kept.sock is not None
+        server.process.send_signal(15)
+        time.sleep(0.5)  # the signal handled, the server still draining the three
+        kept.request("POST", "/predict", json.dumps(GREEDY), {"Content-Type": "application/json"})
+        response = kept.getresponse()
+        said = json.loads(response.read())
+        assert response.status == 503 and response.getheader("Connection") == "close", said
+        assert "the server is stopping" in said["detail"] and kept.sock is None
+        slow.release.set()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        slow.release.set()
+        code = server.stop()
+    assert code == 0, server.output
+    assert answers == [(200, answers[0][1])] * 3 and answers[0][1]["text"] == text
+    assert re.search(r"answered 3 requests in 1 model calls \(largest batch 3\)", server.output)
 
 
-@pytest.mark.parametrize(
-    ("flags", "said"),
-    [
-        (("--host=10.1.2.3",), "--host 10.1.2.3: LitServe binds one of 127.0.0.1, 0.0.0.0, :: only"),
-        (("--port=80",), "--port 80: give a port from 1024 to 65535"),
-        (("--max_batch_size=0",), "--max_batch_size 0: give a whole number of at least 1"),
-        (("--workers=0",), "--workers 0: give a whole number of at least 1"),
-        (("--batch_timeout=-1",), "--batch_timeout must be >= 0"),
-        (("--colour=blue",), "unknown option(s) --colour=blue"),
-    ],
-)
-def test_a_setting_no_server_runs_with_is_refused_in_one_line(flags, said, tmp_path, capsys):
-    (tmp_path / "model.json").write_text(
-        json.dumps({"task": "next-token prediction", "input": {}, "vocab": "ab"})
-    )
-    (tmp_path / "model.onnx").write_bytes(b"x")
-    with pytest.raises(SystemExit) as exit_info:
-        serve.main([str(tmp_path), *flags])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
+@pytest.mark.slow
+def test_a_request_that_waits_past_the_timeout_gets_504(text_case, tmp_path):
+    export, _, _ = text_case
+    slow = SlowModel(export, tmp_path)
+    server = ServedExport(str(slow.folder), "--timeout=0.5").start(healthy=False)
+    try:
+        assert slow.listening(server) == 503
+        status, answer = server.post(json.dumps(GREEDY).encode(), "application/json")
+        assert status == 504 and "did not answer within --timeout 0.5 s" in answer["detail"], answer
+    finally:
+        slow.release.set()
+        code = server.stop()
+    assert code == 0, server.output
 
 
-def test_help_lists_serve(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    said = capsys.readouterr().out
-    assert re.search(r"^\s+serve\s+Serve an export over HTTP: answers as predict does\.", said, re.M)
+@pytest.mark.slow
+def test_a_lone_request_is_a_batch_of_one(image_case):
+    files, _, server = image_case
+    before = server.request("GET", "/info")[1]["server"]
+    for file in files[:5]:
+        ask_image(server, file)
+    after = server.request("GET", "/info")[1]["server"]
+    assert after["max_batch_size"] == 8
+    assert (after["requests"] - before["requests"], after["batches"] - before["batches"]) == (5, 5)
+
+
+def server_processes(server: ServedExport) -> list[psutil.Process]:
+    parent = psutil.Process(server.process.pid)
+    return [parent, *parent.children(recursive=True)]
+
+
+@pytest.mark.slow
+def test_workers_answer_and_drain_and_end_with_a_killed_parent(text_case):
+    """``--workers 2``: two processes on one socket, each answering as predict; SIGTERM drains both
+    and exits 0. A second such server's parent killed by kill -9 leaves no worker and no port."""
+    export, text, _ = text_case
+    body = json.dumps(GREEDY).encode()
+    with ServedExport(str(export), "--workers=2") as server:
+        assert len(server_processes(server)) == 3
+        for _ in range(4):
+            status, answer = server.post(body, "application/json")
+            assert status == 200 and answer["text"] == text
+    assert server.process.returncode == 0 and "Server stopped." in server.output, server.output
+    server = ServedExport(str(export), "--workers=2").start()
+    try:
+        workers = server_processes(server)[1:]
+        assert len(workers) == 2
+        server.process.kill()
+        _, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, alive
+    finally:
+        server.stop()
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a new server binds it
+        probe.bind(("127.0.0.1", server.port))  # no process listens on it any more

@@ -29,7 +29,7 @@ def test_each_held_library_has_a_declared_range_and_the_lock_is_inside_it():
 
 
 @pytest.mark.parametrize(
-    ("name", "version"), [("lightning", "2.99.0"), ("jsonargparse", "4.1.0"), ("litserve", "0.3.1")]
+    ("name", "version"), [("lightning", "2.99.0"), ("jsonargparse", "4.1.0"), ("torchmetrics", "2.0.0")]
 )
 def test_a_version_outside_the_range_is_refused_naming_range_and_fix(name, version, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(shadowing(tmp_path, name, version)))

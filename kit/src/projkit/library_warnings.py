@@ -27,7 +27,6 @@ LIGHTNING_PYTREE = r"lightning\.pytorch\.utilities\._pytree\Z"
 LIGHTNING_CSV_LOGS = r"lightning\.fabric\.loggers\.csv_logs\Z"
 LIGHTNING_SLURM = r"lightning\.fabric\.plugins\.environments\.slurm\Z"
 LIGHTNING_DATA_CONNECTOR = r"lightning\.pytorch\.trainer\.connectors\.data_connector\Z"
-SERVE = r"projkit\.serve\Z"
 
 # (message, category, module), as ``warnings.filterwarnings`` takes them: the message a regular
 # expression matched at its start, the category with its subclasses.
@@ -52,10 +51,6 @@ SILENCED: tuple[tuple[str, type[Warning], str], ...] = (
     # starts its ranks itself); a job is `sbatch kit/scripts/slurm.sbatch ...`, which runs srun
     # (kit/docs/clusters.md). (PossibleUserWarning is a UserWarning.)
     (r"The `srun` command is available on your system but is not used", UserWarning, LIGHTNING_SLURM),
-    # LitServe 0.2.19's LitServer.run binds the listening socket (uvicorn's Config.bind_socket) for the
-    # API servers it forks and never closes its own copy: collected as run() returns to `serve`.
-    # (A ResourceWarning: shown only under -W default or -X dev.)
-    (r"unclosed <socket\.socket ", ResourceWarning, SERVE),
 )
 
 # Lightning 2.6.6's adverts for its hosted services (litlogger, litmodels), logged as info lines.

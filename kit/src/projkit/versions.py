@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
 # The distributions held to their range: those the kit's seams use privately.
-HELD = ("lightning", "jsonargparse", "torchmetrics", "litserve")
+HELD = ("lightning", "jsonargparse", "torchmetrics")
 
 
 def declared_ranges() -> dict[str, Requirement]:

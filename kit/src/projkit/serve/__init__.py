@@ -1,15 +1,16 @@
 """``python -m <package> serve EXPORT_FOLDER``: an export (``model.onnx`` and ``model.json``) behind an
-HTTP server that answers as ``predict`` does, on LitServe with onnxruntime.
+HTTP server that answers as ``predict`` does: uvicorn and Starlette in the process that holds the
+onnxruntime session, so a request is answered where the model is (``server``).
 
 ``POST /predict`` takes an image file (image models) or a JSON prompt with generation settings (the
 language model); ``GET /health`` answers 200 once a model is loaded (503 before), ``GET /info`` gives
 ``model.json`` and the server's settings. ``serve --config ... --ckpt_path best`` exports the
 checkpoint first (in a process of its own, as ``export`` would) and serves that export.
 
-This module is dispatched before torch and Lightning are imported and imports neither: the server's
-processes run numpy, Pillow and onnxruntime only. The start is refused in one line (exit 2) for a
-missing or damaged export, a bad setting or a port in use; SIGTERM and Ctrl-C stop taking requests,
-answer those in flight and exit 0.
+This module is dispatched before torch and Lightning are imported and imports neither: the server
+runs numpy, Pillow and onnxruntime only. The start is refused in one line (exit 2) for a missing or
+damaged export, a bad setting or a port in use; SIGTERM and Ctrl-C stop taking requests, answer
+those in flight and exit 0. ``--workers N`` runs N such servers on one socket (``workers``).
 """
 
 from __future__ import annotations
@@ -17,29 +18,28 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from projkit.context import current
-from projkit.serve.model import IMAGE_TASK, ServeError, cpu_threads, load_session, read_export
+from projkit.serve.model import IMAGE_TASK, ServeError, load_session, read_export
 from projkit.serve.requests import Limits
 
 DESCRIPTION = (
-    "Serve an export over HTTP (LitServe, onnxruntime): POST /predict answers as `predict` does, "
+    "Serve an export over HTTP (uvicorn, onnxruntime): POST /predict answers as `predict` does, "
     "GET /health, GET /info. Give the folder `export` wrote, or --config and --ckpt_path to export first."
 )
-HOSTS = ("127.0.0.1", "0.0.0.0", "::")  # what LitServe binds
-# Batching and workers by device: a CPU's cores serve one onnxruntime session best, which batches a
-# little; a GPU takes larger batches, for which a request may wait a little longer.
-DEFAULTS = {
-    "cpu": {"workers": 1, "max_batch_size": 8, "batch_timeout": 0.002},
-    "cuda": {"workers": 1, "max_batch_size": 32, "batch_timeout": 0.005},
-}
+# A CPU's cores serve one onnxruntime session best, in one process; a GPU takes larger batches, and
+# a server runs one process per GPU it sees. Batches form only from requests already waiting.
+DEFAULTS = {"cpu": {"max_batch_size": 8}, "cuda": {"max_batch_size": 32}}
+BATCH_TIMEOUT_GONE = (
+    "--batch_timeout is deprecated and has no effect (it goes in 1.3): a request no longer waits for "
+    "company; those that arrive while the model is busy are batched, up to --max_batch_size."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--ckpt_path", help="with --config: the checkpoint to export first (best, last, a path)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help=f"the address to bind: one of {', '.join(HOSTS)}")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to bind (0.0.0.0: every address)")
     parser.add_argument("--port", type=int, default=8000, help="the port to listen on (1024-65535)")
     parser.add_argument(
         "--accelerator",
@@ -59,17 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default="auto",
         help="where the model runs (auto: cuda when onnxruntime has CUDA and a GPU is seen)",
     )
-    parser.add_argument("--workers", type=int, help="inference processes per device (default: 1)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="server processes, each with the model, on one socket (default: 1 on a CPU, one per GPU)",
+    )
     parser.add_argument(
         "--max_batch_size",
         type=int,
-        help="requests batched together at most; 1 turns batching off (default: 8 on a CPU, 32 on a GPU)",
+        help="requests that arrived while the model was busy, run together at most; 1 turns batching "
+        "off (default: 8 on a CPU, 32 on a GPU)",
     )
-    parser.add_argument(
-        "--batch_timeout",
-        type=float,
-        help="seconds a batch waits for more requests (default: 0.002 on a CPU, 0.005 on a GPU)",
-    )
+    parser.add_argument("--batch_timeout", type=float, help="deprecated, no effect: a request never waits")
     parser.add_argument(
         "--max_body_bytes", type=int, default=10 * 2**20, help="the largest request body accepted"
     )
@@ -83,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--max_new_tokens", type=int, default=1000, help="the most tokens a request may ask for"
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds a request may wait for a worker (then 504)"
+        "--timeout", type=float, default=30.0, help="seconds a request may wait for the model (then 504)"
     )
     parser.add_argument(
         "--log_level",
@@ -106,12 +107,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         spec = read_export(folder)
         device, settings = device_settings(args)
         limits = check_settings(args, settings)
+        sock = bound(args.host, args.port)
         load_session(folder)  # a model onnxruntime cannot load is refused now, not by each worker
-        check_port(args.host, args.port)
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    serve(folder, spec, args, device, settings, limits)
+    serve(folder, spec, args, device, settings, limits, sock)
 
 
 def export_folder(args: argparse.Namespace, rest: list[str]) -> Path:
@@ -141,24 +142,36 @@ def export_folder(args: argparse.Namespace, rest: list[str]) -> Path:
 
 
 def device_settings(args: argparse.Namespace) -> tuple[str, dict]:
-    """The device the model runs on and the workers and batching for it, flags over defaults."""
-    device = args.accelerator
-    if device == "auto":
+    """The device the model runs on, and the workers and batch size for it: flags over defaults."""
+    device, gpus = args.accelerator, 0
+    if device != "cpu":
         import onnxruntime
-        from litserve.connector import check_cuda_with_nvidia_smi
 
-        has_cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-        device = "cuda" if has_cuda and check_cuda_with_nvidia_smi() > 0 else "cpu"
-    given = {key: getattr(args, key) for key in DEFAULTS[device] if getattr(args, key) is not None}
-    return device, {**DEFAULTS[device], **given}
+        gpus = gpu_count() if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else 0
+        device = "cuda" if device == "cuda" or gpus > 0 else "cpu"
+    if args.batch_timeout is not None:
+        print(f"warning: {BATCH_TIMEOUT_GONE}", file=sys.stderr, flush=True)
+    settings = {**DEFAULTS[device], "workers": max(1, gpus) if device == "cuda" else 1}
+    given = {key: getattr(args, key) for key in settings if getattr(args, key) is not None}
+    return device, {**settings, **given, "gpus": max(1, gpus) if device == "cuda" else 0}
+
+
+def gpu_count() -> int:
+    """The GPUs ``nvidia-smi -L`` lists that ``CUDA_VISIBLE_DEVICES`` (when set) leaves visible; 0
+    without the tool: torch, which would say it directly, is not imported in the server."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    indices = re.findall(r"^GPU (\d+):", listed, re.M)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        indices = [index for index in indices if index in visible.split(",")]
+    return len(indices)
 
 
 def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
     """The flags no server could run with, refused by name."""
-    if args.host not in HOSTS:
-        raise ServeError(
-            f"--host {args.host}: LitServe binds one of {', '.join(HOSTS)} only (0.0.0.0: every address)."
-        )
     if not 1024 <= args.port <= 65535:
         raise ServeError(f"--port {args.port}: give a port from 1024 to 65535.")
     for name in ("workers", "max_batch_size", "max_body_bytes", "max_pixels"):
@@ -167,82 +180,70 @@ def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
             raise ServeError(f"--{name} {value}: give a whole number of at least 1.")
     if args.max_new_tokens < 0:
         raise ServeError(f"--max_new_tokens {args.max_new_tokens}: give a whole number of at least 0.")
-    if not settings["batch_timeout"] >= 0 or not args.timeout > 0:
-        raise ServeError("--batch_timeout must be >= 0 and --timeout > 0 (seconds).")
+    if not args.timeout > 0:
+        raise ServeError(f"--timeout {args.timeout}: give a number of seconds above 0.")
+    if settings["workers"] > 1 and os.name == "nt":
+        raise ServeError("--workers above 1 shares a socket between processes, which needs Linux or macOS.")
     return Limits(args.max_body_bytes, args.max_pixels, args.max_new_tokens)
 
 
-def check_port(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise ServeError(
-                f"--port {port}: cannot listen on {host}:{port} ({error.strerror}); choose another port."
-            ) from None
+def bound(host: str, port: int) -> socket.socket:
+    """The listening socket, bound once here: the server (or each worker, which inherits it) accepts
+    on it, so a port in use is refused before anything starts."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as error:
+        raise ServeError(f"--host {host}: no address by that name ({error.strerror}).") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise ServeError(
+            f"--host {host} --port {port}: cannot listen there ({error.strerror}); choose another port, "
+            "or an address of this machine (0.0.0.0: every one)."
+        ) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve(
-    folder: Path, spec: dict, args: argparse.Namespace, device: str, settings: dict, limits: Limits
+    folder: Path,
+    spec: dict,
+    args: argparse.Namespace,
+    device: str,
+    settings: dict,
+    limits: Limits,
+    sock: socket.socket,
 ) -> None:
-    """Run the server until SIGTERM or Ctrl-C, which stop it as LitServe's own shutdown does: the
-    HTTP processes answer what is in flight, then the workers stop."""
-    from projkit.serve.server import ExportedModel, Server
+    """Run the server until SIGTERM or Ctrl-C, which drain it: in this process, or in
+    ``--workers`` processes on the same socket."""
+    from projkit.serve import workers
 
-    workers, batch = settings["workers"], settings["max_batch_size"]
-    threads = cpu_threads(workers) if device == "cpu" else 0
-    api = ExportedModel(folder, spec, limits, batch, settings["batch_timeout"], threads)
-    server = Server(
-        api,
-        accelerator=device,
-        devices="auto" if device == "cuda" else 1,
-        workers_per_device=workers,
-        timeout=args.timeout,
-        model_metadata=spec,
-        disable_openapi_url=True,
-        restart_workers=True,
-    )
-    stop_on_signals(server)
+    count, batch = settings["workers"], settings["max_batch_size"]
     what = (
         f"{len(spec['classes'])} classes"
         if spec["task"] == IMAGE_TASK
         else f"{len(spec['vocab'])} characters"
     )
-    batching = (
-        f"batches of up to {batch} ({settings['batch_timeout'] * 1000:g} ms)" if batch > 1 else "no batching"
-    )
+    batching = f"batches of up to {batch} when requests wait" if batch > 1 else "no batching"
     print(
         f"Serving {folder} ({spec['task']}, {what}) at http://{args.host}:{args.port} on {device}: "
-        f"POST /predict, GET /health, GET /info; {workers} worker(s), {batching}.",
+        f"POST /predict, GET /health, GET /info; {count} process(es), {batching}.",
         flush=True,
     )
-    try:
-        server.run(host=args.host, port=args.port, generate_client_file=False, log_level=args.log_level)
-    except KeyboardInterrupt:  # before the server was up: its workers go with it
-        for worker in getattr(server, "inference_workers", []):
-            worker.terminate()
+    plan = workers.Plan(
+        folder=str(folder),
+        device=device,
+        gpus=settings["gpus"],
+        workers=count,
+        max_batch_size=batch,
+        timeout=args.timeout,
+        limits=asdict(limits),
+        log_level=args.log_level,
+    )
+    code = workers.run_here(plan, sock) if count == 1 else workers.supervise(plan, sock)
     print("Server stopped.", flush=True)
-
-
-def stop_on_signals(server: object) -> None:
-    """SIGTERM and SIGINT set LitServe's shutdown event, from a thread of their own (the main thread
-    may be waiting on that event's manager connection); before the event exists they interrupt.
-    The processes forked from this one inherit the handler and ignore the signal by it: the HTTP
-    processes set their own, and LitServe's manager must outlive the drain."""
-    from projkit.internals.litserve import shutdown_event
-
-    shutdown_event(server)  # the attribute is there before a signal needs it
-    main = os.getpid()
-
-    def stop(signum: int, frame: object) -> None:
-        if os.getpid() != main:
-            return
-        event = shutdown_event(server)
-        if event is None:
-            raise KeyboardInterrupt
-        threading.Thread(target=event.set, name="shutdown", daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    raise SystemExit(code)

@@ -1,45 +1,45 @@
-"""The HTTP server on LitServe: its workers, dynamic batching, ``/health`` and ``/info``, with the
-kit's own ``/predict`` endpoint (``ExportSpec``, a LitServe spec) and model (``ExportedModel``, a
-LitServe API).
+"""The HTTP server, in the process that holds the model: Starlette on uvicorn (uvloop, httptools),
+with ``POST /predict``, ``GET /health`` and ``GET /info``.
 
-LitServe runs the model in ``workers`` inference processes per device, fed from one queue, and
-batches requests that arrive within ``batch_timeout`` of each other up to ``max_batch_size``. The
-endpoint reads and checks each request in the HTTP process before it is queued (``requests``), so
-a bad request is answered alone and a batch holds only good ones. A worker loads its model in the
-background: the server listens at once, ``/health`` answers 503 until a model is loaded, and a
-request that arrives meanwhile waits for it.
+A request is read and checked on the event loop (``requests``), so a bad one is answered alone and
+never reaches a batch, then handed to the model's thread (``batching``) and its answer awaited: no
+other process, no pickling, between the socket and onnxruntime. SIGTERM or Ctrl-C starts a drain:
+every request already taken in is answered, any request after it gets 503 with ``Connection:
+close`` (a client on a kept-alive connection is told, not reset), and once nothing is in flight
+uvicorn closes the socket and the connections and ``serve`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import os
 import signal
-import threading
-import time
-import uuid
-from pathlib import Path
+import socket
+from collections.abc import Callable
 from typing import Any
 
-import litserve as ls
-from fastapi import Request
-from fastapi.responses import JSONResponse
-from litserve.specs.base import LitSpec
-from litserve.utils import LitAPIStatus, ResponseBufferItem
+import uvicorn
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
-from projkit.internals.litserve import DrainingServer
 from projkit.preprocessing import Preprocessing
-from projkit.serve.model import IMAGE_TASK, answerer, load_session
+from projkit.serve.batching import ModelThread
+from projkit.serve.model import IMAGE_TASK
 from projkit.serve.requests import BadRequest, Limits, generation_request, image_request
 
 PREDICT_PATH = "/predict"
+# A body up to this size is prepared on the event loop: a thread's hand-over would cost more than
+# decoding a small image; a larger one is prepared in a thread, so the loop goes on meanwhile.
+INLINE_BODY_BYTES = 64 * 1024
+STOPPING = "the server is stopping (SIGTERM): send the request again, to a server that runs."
 
 
-def refusal(status: int, message: str) -> JSONResponse:
-    """A refused request's answer: its status and ``{"detail": <one line>}``, as FastAPI words its own."""
-    return JSONResponse({"detail": message}, status_code=status)
+def refusal(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """A refused request's answer: its status and ``{"detail": <one line>}``."""
+    return JSONResponse({"detail": message}, status_code=status, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -56,120 +56,135 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class ExportSpec(LitSpec):
-    """``POST /predict`` for an export: the body checked and prepared here, in the HTTP process, then
-    queued for the inference workers (the way LitServe's own specs queue theirs) and answered as JSON."""
+class Endpoints:
+    """The three routes over one export's model thread; ``settings`` is what ``/info`` says of the
+    server besides the model's counts."""
 
-    def __init__(self, spec: dict[str, Any], limits: Limits) -> None:
-        super().__init__()
-        self.api_path = PREDICT_PATH
-        self.limits = limits
+    def __init__(
+        self, spec: dict[str, Any], limits: Limits, model: ModelThread, timeout: float, settings: dict
+    ) -> None:
+        self.spec, self.limits, self.model, self.timeout = spec, limits, model, timeout
+        self.settings = settings
         self.image = spec["task"] == IMAGE_TASK
         self.preprocessing = Preprocessing.from_description(spec["preprocessing"]) if self.image else None
         self.classes = len(spec.get("classes", ()))
-        self.vocab = spec.get("vocab", "")
 
-    def pre_setup(self, lit_api: ls.LitAPI) -> None:
-        self.add_endpoint(self.api_path, self.predict, ["POST"])
-
-    def decode_request(self, request: Any, context_kwargs: dict | None = None) -> Any:
-        return request
-
-    def encode_response(self, output: Any, context_kwargs: dict | None = None) -> Any:
-        return output
+    def routes(self) -> list[Route]:
+        return [
+            Route(PREDICT_PATH, self.predict, methods=["POST"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/info", self.info, methods=["GET"]),
+        ]
 
     def prepare(self, body: bytes, content_type: str, query: dict[str, str]) -> dict[str, Any]:
         if self.image:
             return image_request(body, content_type, query, self.preprocessing, self.classes, self.limits)
-        return generation_request(body, content_type, self.vocab, self.limits)
+        return generation_request(body, content_type, self.spec["vocab"], self.limits)
 
-    async def predict(self, request: Request) -> JSONResponse:
+    async def predict(self, request: Request) -> Response:
         try:
             body = await read_body(request, self.limits.max_body_bytes)
-            content_type = request.headers.get("content-type", "")
-            query = dict(request.query_params)
-            prepared = await run_in_threadpool(self.prepare, body, content_type, query)
+            asked = (body, request.headers.get("content-type", ""), dict(request.query_params))
+            if len(body) <= INLINE_BODY_BYTES:
+                prepared = self.prepare(*asked)
+            else:
+                prepared = await run_in_threadpool(self.prepare, *asked)
         except BadRequest as refused:
             return refusal(refused.status, refused.message)
         except ClientDisconnect:
             return refusal(400, "the client closed the connection before the body ended.")
-        uid = str(uuid.uuid4())
-        event = asyncio.Event()
-        self.response_buffer[uid] = ResponseBufferItem(event=event)
         try:
-            self.request_queue.put((self.response_queue_id, uid, time.monotonic(), prepared))
-            await event.wait()
-            response, status = self.response_buffer[uid].response
-        finally:
-            self.response_buffer.pop(uid, None)
-        if status == LitAPIStatus.ERROR:
-            code = getattr(response, "status_code", 500)
-            detail = (
-                getattr(response, "detail", None) or "the model failed on this request; see the server's log."
-            )
-            return refusal(code, str(detail))
-        return JSONResponse(response)
+            return JSONResponse(await self.model.answer(prepared, self.timeout))
+        except asyncio.TimeoutError:
+            return refusal(504, f"the model did not answer within --timeout {self.timeout:g} s.")
+        except Exception as error:
+            return refusal(500, " ".join(f"the model failed on this request: {error}".split())[:300])
+
+    async def health(self, request: Request) -> Response:
+        return PlainTextResponse("ok") if self.model.ready else PlainTextResponse("not ready", 503)
+
+    async def info(self, request: Request) -> Response:
+        served = {**self.settings, "pid": os.getpid(), "loaded": self.model.ready, **self.model.counts}
+        served["queued"] = self.model.queue.qsize()
+        return JSONResponse({"model": self.spec, "server": served})
 
 
-class ExportedModel(ls.LitAPI):
-    """The export's model in a LitServe inference worker: loaded in the background when the worker
-    starts (``loaded`` counts the workers whose model is in, for ``/health`` in the HTTP processes),
-    answering a batch of prepared requests at once."""
+class Gate:
+    """Counts the requests in flight and, once a drain has begun, refuses new ones with 503 and
+    ``Connection: close``; ``on_drained`` is called when the last one in flight is answered."""
 
-    def __init__(
-        self,
-        folder: Path,
-        spec: dict[str, Any],
-        limits: Limits,
-        max_batch_size: int,
-        batch_timeout: float,
-        threads: int,
-    ) -> None:
-        super().__init__(
-            max_batch_size=max_batch_size, batch_timeout=batch_timeout, spec=ExportSpec(spec, limits)
-        )
-        self.folder = Path(folder)
-        self.model_spec = spec
-        self.threads = threads
-        # Spawned workers receive it as they start; the forked HTTP processes share it.
-        self.loaded = multiprocessing.get_context("spawn").Value("i", 0)
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.on_drained: Callable[[], None] = lambda: None
+        self.in_flight = 0
+        self.stopping = False
 
-    def setup(self, device: str) -> None:
-        # A SIGTERM or Ctrl-C to the whole process group (systemd, a terminal, a batch system) is the
-        # server's to handle: the worker answers until the server stops it, after the HTTP side drained.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
-        threading.Thread(target=self.load, args=(device,), name="model-load", daemon=True).start()
-
-    def load(self, device: str) -> None:
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.stopping:
+            return await refusal(503, STOPPING, {"Connection": "close"})(scope, receive, send)
+        self.in_flight += 1
         try:
-            self.model = answerer(load_session(self.folder, device, self.threads), self.model_spec)
-            with self.loaded.get_lock():
-                self.loaded.value += 1
-        except BaseException as error:  # said to every request rather than lost with the thread
-            self._failure = error
+            await self.app(scope, receive, send)
         finally:
-            self._ready.set()
+            self.in_flight -= 1
+            if self.stopping and self.in_flight == 0:
+                self.on_drained()
 
-    def health(self) -> bool:
-        return self.loaded.value > 0
-
-    def decode_request(self, request: Any, **kwargs: Any) -> Any:
-        return request
-
-    def predict(self, x: Any, **kwargs: Any) -> Any:
-        self._ready.wait()
-        if self._failure is not None:
-            raise RuntimeError(f"the model did not load: {self._failure}")
-        if self.max_batch_size == 1:  # LitServe hands a single request unbatched
-            return self.model.answers([x])[0]
-        return self.model.answers(list(x))
-
-    def encode_response(self, output: Any, **kwargs: Any) -> Any:
-        return output
+    def stop(self) -> None:
+        """Begin the drain (from a signal handler, on the loop's thread)."""
+        self.stopping = True
+        if self.in_flight == 0:
+            self.on_drained()
 
 
-# The server the kit runs: LitServe's, with a shutdown that drains (``projkit.internals.litserve``).
-Server = DrainingServer
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server whose SIGTERM and SIGINT drain through the ``Gate`` before it exits, and
+    are not raised again once it has (uvicorn re-raises what it caught, which would end the process
+    with the signal instead of exit 0). ``force``: a second signal stops at once (Ctrl-C twice); a
+    worker process ignores it, its parent decides."""
+
+    def __init__(self, config: uvicorn.Config, gate: Gate, force: bool = True) -> None:
+        super().__init__(config)
+        self.gate, self.force = gate, force
+        gate.on_drained = self.drained
+
+    def drained(self) -> None:
+        self.should_exit = True
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self.gate.stopping:
+            self.gate.stop()
+        elif self.force:
+            self.should_exit = self.force_exit = True
+
+
+def run(
+    endpoints: Endpoints, sock: socket.socket, log_level: str, force_on_second_signal: bool = True
+) -> None:
+    """Serve on the bound, listening ``sock`` until a signal's drain is done (the model thread
+    runs from before the first request to after the last)."""
+    gate = Gate(Starlette(routes=endpoints.routes()))
+    config = uvicorn.Config(
+        gate,
+        loop="uvloop" if os.name != "nt" else "asyncio",
+        http="httptools",
+        lifespan="off",
+        log_level=log_level,
+        access_log=log_level in ("debug", "info"),
+        # Requests are drained before uvicorn's shutdown begins; this bounds a connection that
+        # still sends its headers then.
+        timeout_graceful_shutdown=5,
+        # No X-Forwarded-For rewriting per request (the kit reads no client address; the access log
+        # names the proxy): with the timer below, 5-15 % less server CPU per request.
+        proxy_headers=False,
+    )
+    server = DrainingServer(config, gate, force_on_second_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT):  # until uvicorn sets the same, as it starts
+        signal.signal(signum, server.handle_exit)
+    endpoints.model.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        endpoints.model.stop(wait=not server.force_exit)  # a second Ctrl-C cuts a long answer short

@@ -1,0 +1,122 @@
+"""The model's own thread, which batches only what is already waiting.
+
+One thread loads the export and then answers from a queue: each time it is free it takes every
+request queued meanwhile, up to ``max_batch_size``, and runs them as one call. A lone request is a
+batch of one at once (no timeout waits for company); under load the requests that piled up during
+the previous call share the next one, which is where batching pays. onnxruntime runs outside the
+GIL, so the event loop keeps reading and preparing requests while the model computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# A request's place in the queue: what the model answers, the future its answer settles, its loop.
+Entry = tuple[Any, asyncio.Future, asyncio.AbstractEventLoop]
+
+
+class ModelThread:
+    """The model, loaded and run in a thread of its own; ``answer`` queues a prepared request and
+    awaits its answer. ``counts`` says how many requests and model calls (batches) there have been,
+    for ``/info``: under load the calls are fewer than the requests."""
+
+    def __init__(self, load: Callable[[], Any], max_batch_size: int) -> None:
+        self.max_batch_size = max_batch_size
+        self.queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self.loaded = threading.Event()
+        self.failure: str | None = None
+        self.counts = {"requests": 0, "batches": 0, "largest_batch": 0}
+        self.thread = threading.Thread(target=self.run, args=(load,), name="model", daemon=True)
+
+    def start(self) -> ModelThread:
+        self.thread.start()
+        return self
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model is loaded and answers (``/health``)."""
+        return self.loaded.is_set() and self.failure is None
+
+    async def answer(self, request: Any, timeout: float) -> Any:
+        """The model's answer to ``request``; TimeoutError after ``timeout`` seconds (its entry is
+        then skipped, or its answer dropped), the model's exception if it raised on the batch."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.queue.put((request, future, loop))
+        timer = loop.call_later(timeout, expire, future)  # lighter than asyncio.wait_for's task
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def stop(self, wait: bool = True) -> None:
+        """End the thread once it has answered what is queued (``wait``: return after); one still
+        loading the model (so nothing was queued) is left to end with the process."""
+        self.queue.put(None)
+        if wait and self.loaded.is_set():
+            self.thread.join()
+
+    def run(self, load: Callable[[], Any]) -> None:
+        try:
+            model = load()
+        except BaseException as error:  # said to every request rather than lost with the thread
+            model, self.failure = None, f"the model did not load: {error}"
+        self.loaded.set()
+        while (batch := self.next_batch()) is not None:
+            self.answer_batch(model, batch)
+
+    def next_batch(self) -> list[Entry] | None:
+        """The next request, waited for, and every one queued behind it (up to the maximum); None
+        once ``stop`` was called and nothing is left before it."""
+        first = self.queue.get()
+        if first is None:
+            return None
+        batch = [first]
+        while len(batch) < self.max_batch_size:
+            try:
+                entry = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if entry is None:  # stop after this batch
+                self.queue.put(None)
+                break
+            batch.append(entry)
+        return batch
+
+    def answer_batch(self, model: Any, batch: list[Entry]) -> None:
+        batch = [entry for entry in batch if not entry[1].done()]  # a timed-out request is not run
+        if not batch:
+            return
+        answers, error = None, None
+        try:
+            if model is None:
+                raise RuntimeError(self.failure)
+            answers = model.answers([request for request, _, _ in batch])
+        except Exception as raised:  # every request of the batch is told, the thread goes on
+            error = raised
+        self.counts["requests"] += len(batch)
+        self.counts["batches"] += 1
+        self.counts["largest_batch"] = max(self.counts["largest_batch"], len(batch))
+        loop = batch[0][2]
+        loop.call_soon_threadsafe(settle, [future for _, future, _ in batch], answers, error)
+
+
+def expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(asyncio.TimeoutError())
+
+
+def settle(futures: list[asyncio.Future], answers: list[Any] | None, error: Exception | None) -> None:
+    """In the event loop: each future gets its answer, or the batch's error; one that timed out
+    meanwhile is left as it is."""
+    for index, future in enumerate(futures):
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(answers[index])
