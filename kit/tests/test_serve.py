@@ -88,6 +88,13 @@ def image_case(tmp_path_factory: pytest.TempPathFactory):
     assert server.stop() == 0, server.output
 
 
+def test_health_answers_503_while_serve_exports_the_checkpoint(image_case):
+    """``serve --config ... --ckpt_path ...`` takes its port before it exports: /health is 503 until
+    the model is loaded, not a refused connection."""
+    _, _, server = image_case
+    assert 503 in server.health_seen and server.health_seen[-1] == 200
+
+
 @pytest.fixture(scope="module")
 def text_case(tmp_path_factory: pytest.TempPathFactory):
     """A language model's export, ``predict``'s greedy text for GREEDY's prompt, and a server."""

@@ -16,11 +16,13 @@ those in flight and exit 0. ``--workers N`` runs N such servers on one socket (`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -103,11 +105,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args, rest = parser.parse_known_args(argv)
     try:
-        folder = export_folder(args, rest)
-        spec = read_export(folder)
         device, settings = device_settings(args)
         limits = check_settings(args, settings)
         sock = bound(args.host, args.port)
+        with Exporting(sock):
+            folder = export_folder(args, rest)
+        spec = read_export(folder)
         load_session(folder)  # a model onnxruntime cannot load is refused now, not by each worker
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -139,6 +142,47 @@ def export_folder(args: argparse.Namespace, rest: list[str]) -> Path:
     if done.returncode != 0 or not found:
         raise SystemExit(done.returncode or 1)  # export said why
     return Path(found[-1])
+
+
+# What every request gets while `serve --config ... --ckpt_path ...` exports: /health is 503 until the
+# model is loaded, from the moment the port is taken, rather than a refused connection.
+NOT_YET = b"not ready: exporting the checkpoint"
+EXPORTING_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: %d\r\nRetry-After: 5\r\nConnection: close\r\n\r\n%s" % (len(NOT_YET), NOT_YET)
+)
+
+
+class Exporting:
+    """Answers 503 on the server's socket while the export runs, from a thread; the server takes the
+    socket over afterwards (the connections waiting then are its)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.stopped = sock, threading.Event()
+        self.thread = threading.Thread(target=self.answer, name="exporting", daemon=True)
+
+    def __enter__(self) -> Exporting:
+        self.sock.settimeout(0.1)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.sock.settimeout(None)
+
+    def answer(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with connection, contextlib.suppress(OSError):
+                connection.settimeout(1.0)
+                connection.recv(65536)
+                connection.sendall(EXPORTING_ANSWER)
 
 
 def device_settings(args: argparse.Namespace) -> tuple[str, dict]:

@@ -28,6 +28,7 @@ class ServedExport:
         self.command = [sys.executable, "-m", current().package, "serve", *args, "--port", str(self.port)]
         self.cwd, self.start_timeout = cwd, start_timeout
         self.process: subprocess.Popen | None = None
+        self.health_seen: list[int] = []  # /health's statuses until it answered 200
         self.output = ""
 
     def start(self, healthy: bool = True) -> ServedExport:
@@ -48,7 +49,8 @@ class ServedExport:
                     f"serve exited with {self.process.returncode}: {self.process.stdout.read()}"
                 )
             with contextlib.suppress(OSError):
-                if self.request("GET", "/health")[0] == 200:
+                self.health_seen.append(self.request("GET", "/health")[0])
+                if self.health_seen[-1] == 200:
                     return self
             time.sleep(0.1)
         if healthy:
