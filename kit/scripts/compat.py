@@ -170,7 +170,7 @@ def resolve(uv: str, end: End, requirements: Path, constraints: Path) -> bool:
     resolved = uv_run(
         uv, end, "resolve", "pip", "compile", requirements, "--constraints", constraints, "--upgrade",
         "--resolution", ENDS[end.name], "--python", sys.executable, "--no-header", "--no-annotate",
-        "--quiet", "--output-file", output,
+        "--emit-index-url", "--quiet", "--output-file", output,
     )  # fmt: skip
     end.resolved = output.read_text(encoding="utf-8") if resolved else ""
     return resolved
@@ -178,10 +178,11 @@ def resolve(uv: str, end: End, requirements: Path, constraints: Path) -> bool:
 
 def sync(uv: str, end: End) -> bool:
     """Make ``end``'s environment hold exactly what it resolved to, changing only what differs, from
-    uv's cache; nothing at all where it already holds that set on this Python (``synced.txt``). uv
-    compiles the bytecode here as the root's ``compile-bytecode`` asks (two minutes for a new
-    environment on 2 cores, seconds for a change): the tests start hundreds of processes, which may
-    not write their own (PYTHONDONTWRITEBYTECODE)."""
+    uv's cache; nothing at all where it already holds that set on this Python (``synced.txt``).
+
+    Without the root's ``[tool.uv]`` (``--no-config``; the resolved file names its indexes): its
+    ``compile-bytecode`` took 1.5 to 3 minutes a new environment on 2 cores, for 15,000 files of
+    which the tests import 5,000; they compile those themselves instead, once (see ``test``)."""
     stamp = end.folder / "synced.txt"
     wanted = f"# Python {sys.version.split()[0]} at {sys.base_prefix}\n{end.resolved}"
     held = stamp.read_text(encoding="utf-8") if stamp.is_file() else ""
@@ -195,7 +196,7 @@ def sync(uv: str, end: End) -> bool:
     if fresh and not uv_run(uv, end, "sync", *venv):
         return False
     resolved = COMPAT / f"{end.name}.txt"
-    if not uv_run(uv, end, "sync", "pip", "sync", "--python", end.python, resolved):
+    if not uv_run(uv, end, "sync", "pip", "sync", "--no-config", "--python", end.python, resolved):
         return False
     stamp.write_text(wanted, encoding="utf-8")
     return True
@@ -203,11 +204,16 @@ def sync(uv: str, end: End) -> bool:
 
 def test(end: End, pytest_args: list[str]) -> None:
     """The kit's fast tests in ``end``'s environment, its output passed on as it comes; its processes
-    (``python -m tinyproj``, torchrun) find that environment's Python first."""
+    (``python -m tinyproj``, torchrun) find that environment's Python first. Their bytecode is written
+    once, by the first process that imports a module, to the environment's ``pycache/``
+    (PYTHONPYCACHEPREFIX), also where PYTHONDONTWRITEBYTECODE is set: never beside the checkout's
+    files, and read by every process after it, in this run and the next."""
     print(f"\n{end.name}: the kit's fast tests\n", flush=True)
     env = {**os.environ, "VIRTUAL_ENV": str(end.folder)}
     env["PATH"] = f"{end.python.parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONHOME", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(end.folder / "pycache")
     started = time.monotonic()
     process = subprocess.Popen(
         [end.python, "-m", "pytest", *pytest_args, *TESTS],
