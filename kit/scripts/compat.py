@@ -1,6 +1,6 @@
 """``make test-compat``: the kit's fast tests with its dependencies at both ends of their declared ranges.
 
-kit/pyproject.toml declares ranges (``lightning>=2.6,<2.7``), but ``make install`` installs uv.lock's one
+kit/pyproject.toml declares ranges (``optuna>=4.9,<5``), but ``make install`` installs uv.lock's one
 version of each, so a floor the kit no longer works with, or a newer release inside a range that breaks
 it, goes unseen until an owner's resolver picks it. This builds two environments under ``.compat/``:
 ``lowest``, every direct dependency of the kit and of the project at the lowest version its range
@@ -137,7 +137,7 @@ class End:
 
     name: str
     resolved: str = ""
-    # Why it has no result: uv's reason where it could not be resolved or installed.
+    # Why it has no result: the step uv failed at (its reason is in the output above the table).
     error: str = ""
     outcome: str = "not run"
     passed: bool = False
@@ -182,7 +182,7 @@ def sync(uv: str, end: End) -> bool:
 
     Without the root's ``[tool.uv]`` (``--no-config``; the resolved file names its indexes): its
     ``compile-bytecode`` took 1.5 to 3 minutes a new environment on 2 cores, for 15,000 files of
-    which the tests import 5,000; they compile those themselves instead, once (see ``test``)."""
+    which the tests import about 4,000; they compile those themselves instead, once (see ``test``)."""
     stamp = end.folder / "synced.txt"
     wanted = f"# Python {sys.version.split()[0]} at {sys.base_prefix}\n{end.resolved}"
     held = stamp.read_text(encoding="utf-8") if stamp.is_file() else ""
