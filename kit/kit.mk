@@ -9,10 +9,11 @@ RUN := $(UV) run --frozen --no-sync
 # suite slower), each file's tests in one worker so they share its module fixtures; in file order
 # (starting the longest files first made it slower: 797 s against 691 s), except for `make
 # test-shuffled`. The 20 slowest are listed at the end, against the 10-minute budget of `make test`.
-PYTEST_ANY_ORDER := $(RUN) pytest -n auto --maxprocesses=4 --dist loadfile --durations=20
+XDIST := -n auto --maxprocesses=4 --dist loadfile
+PYTEST_ANY_ORDER := $(RUN) pytest $(XDIST) --durations=20
 PYTEST := $(PYTEST_ANY_ORDER) -p no:randomly
 
-.PHONY: install test-kit test-shuffled test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename upgrade-kit clean
+.PHONY: install test-kit test-shuffled test-compat test-cluster fuzz cluster cluster-stop lint format mlflow-ui rename upgrade-kit clean
 
 .tools/bin/uv:
 	python3 -m venv .tools && .tools/bin/pip install --quiet "uv>=0.5"
@@ -58,6 +59,14 @@ test-shuffled: install ## the fast tests of both suites again at 2 threads a pro
 	  OMP_NUM_THREADS=2 $(PYTEST_ANY_ORDER) -m "not slow" $(if $(SEED),--randomly-seed=$(SEED)) $$suite || exit 1; \
 	done
 
+# The ranges kit/pyproject.toml declares, tested at both ends: the kit's fast tests in .compat/lowest
+# (every direct dependency of the kit and of the project at the lowest version its range allows) and
+# in .compat/newest (the newest the registry has), torch, torchvision and the test tools held at
+# uv.lock's versions; a table of the versions each got and its result ends it. An environment is
+# synced only when what it resolves to changed (kit/scripts/compat.py says how).
+test-compat: install ## the kit's fast tests with its dependencies at the lowest and the newest versions their ranges allow
+	UV=$(UV) $(RUN) python kit/scripts/compat.py -- $(XDIST) -p no:randomly
+
 # The fuzzers at length: the kit's (kit/tests/test_fuzz*.py: config values, checkpoint state, kill
 # times, sweep files, names, ...; test_preprocessing.py: preprocessing specs and files; test_serve.py: a
 # server's bad requests) and this project's (tests/test_fuzz*.py: image-folder trees, where it has
@@ -98,6 +107,6 @@ upgrade-kit: | $(UV) ## replace kit/ with the template's newest release (VERSION
 	UV=$(UV) python3 kit/scripts/upgrade.py $(if $(REF),"$(REF)") $(if $(VERSION),--version "$(VERSION)") \
 		$(if $(FROM),--from "$(FROM)") --tests "$(TESTS)" $(if $(OVERWRITE),--overwrite) $(if $(DOWNGRADE),--downgrade)
 
-clean: cluster-stop ## remove the environment, caches, runs/ and .cluster/ (data/ is kept)
-	rm -rf .cluster .venv .tools .pytest_cache .ruff_cache runs lightning_logs
+clean: cluster-stop ## remove the environments, caches, runs/ and .cluster/ (data/ is kept)
+	rm -rf .cluster .compat .venv .tools .pytest_cache .ruff_cache runs lightning_logs
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
