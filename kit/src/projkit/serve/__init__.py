@@ -105,12 +105,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args, rest = parser.parse_known_args(argv)
     try:
-        device, settings = device_settings(args)
-        limits = check_settings(args, settings)
-        sock = bound(args.host, args.port)
-        with Exporting(sock):
+        if args.config or args.ckpt_path:  # the port taken first: it answers 503 while the export runs
+            device, settings = device_settings(args)
+            limits = check_settings(args, settings)
+            sock = bound(args.host, args.port)
+            with Exporting(sock):
+                folder = export_folder(args, rest)
+            spec = read_export(folder)
+        else:
             folder = export_folder(args, rest)
-        spec = read_export(folder)
+            spec = read_export(folder)
+            device, settings = device_settings(args)
+            limits = check_settings(args, settings)
+            sock = bound(args.host, args.port)
         load_session(folder)  # a model onnxruntime cannot load is refused now, not by each worker
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
