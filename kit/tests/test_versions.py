@@ -4,6 +4,7 @@ command starts: one line with the range and the fix, before the library is impor
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def test_each_held_library_has_a_declared_range_and_the_lock_is_inside_it():
 
 
 @pytest.mark.parametrize(
-    ("name", "version"), [("lightning", "2.99.0"), ("jsonargparse", "4.1.0"), ("torchmetrics", "2.0.0")]
+    ("name", "version"),
+    [("lightning", "2.99.0"), ("jsonargparse", "4.1.0"), ("torchmetrics", "2.0.0"), ("uvicorn", "1.0.0")],
 )
 def test_a_version_outside_the_range_is_refused_naming_range_and_fix(name, version, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(shadowing(tmp_path, name, version)))
@@ -39,7 +41,7 @@ def test_a_version_outside_the_range_is_refused_naming_range_and_fix(name, versi
         f"{shown(declared_ranges()[name])}: run `make install` for the versions uv.lock names, or "
         f"`make upgrade-kit` for a kit that supports {name} {version}."
     )
-    assert shown(declared_ranges()["lightning"]) == "lightning>=2.6,<2.7"
+    assert re.fullmatch(r"lightning>=[\d.]+,<[\d.]+", shown(declared_ranges()["lightning"]))  # floor first
 
 
 def test_a_command_refuses_it_before_importing_lightning(workdir):

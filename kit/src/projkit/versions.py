@@ -10,8 +10,9 @@ from importlib.metadata import PackageNotFoundError, requires, version
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
 
-# The distributions held to their range: those the kit's seams use privately.
-HELD = ("lightning", "jsonargparse", "torchmetrics")
+# The distributions held to their range: those the kit's seams use privately, and the serving stack,
+# whose server the kit drives (its socket handed over, its exit and drain).
+HELD = ("lightning", "jsonargparse", "torchmetrics", "uvicorn", "starlette")
 
 
 def declared_ranges() -> dict[str, Requirement]:
