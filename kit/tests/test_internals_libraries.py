@@ -13,6 +13,7 @@ import torch
 from jsonargparse import ArgumentParser
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import Trainer
+from lightning.pytorch.demos.boring_classes import BoringModel
 
 from projkit.internals import jsonargparse as jsonargparse_seam
 from projkit.internals import stdlib
@@ -138,3 +139,29 @@ def test_outside_slurm_no_environment_is_added(monkeypatch):
     for name in SLURM:
         monkeypatch.delenv(name, raising=False)
     assert without_slurm_requeue(None) == []
+
+
+def test_lightning_cli_saves_the_class_it_built_under_the_class_path_key(tmp_path):
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.demos.boring_classes import BoringDataModule
+
+    from projkit.internals.lightning import CLASS_PATH_KEY
+
+    cli = LightningCLI(
+        SavingModel,
+        BoringDataModule,
+        subclass_mode_model=True,
+        args=[
+            "fit",
+            f"--model={__name__}.SavingModel",
+            "--trainer.fast_dev_run=1",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+    )
+    assert cli.model.hparams[CLASS_PATH_KEY] == f"{__name__}.SavingModel"
+
+
+class SavingModel(BoringModel):
+    def __init__(self, width: int = 2) -> None:
+        super().__init__()
+        self.save_hyperparameters()
