@@ -127,15 +127,19 @@ def test_token_model_export_equals_the_checkpoint_at_any_length(lm_export):
 
 
 @pytest.mark.slow
-def test_best_and_last_export_into_folders_named_by_the_keyword(classify_export, monkeypatch, capsys):
+def test_best_and_last_export_into_folders_named_by_the_keyword(
+    classify_export, tmp_path, monkeypatch, capsys
+):
     """``--ckpt_path best`` writes ``export/best/`` whatever the best file is called (its name holds
     its epoch and loss, which no page or script can know), ``last`` ``export/last/``; model.json names
-    the file the keyword found."""
+    the file the keyword found. On a copy of the run: the module's other tests read its export/last."""
     ckpt, _, _ = classify_export
-    run = ckpt.parents[1]
-    monkeypatch.chdir(run.parents[2])
+    root = ckpt.parents[4]
+    shutil.copytree(root / "runs", tmp_path / "runs", ignore=shutil.ignore_patterns("export"))
+    run = tmp_path / ckpt.parents[1].relative_to(root)
+    monkeypatch.chdir(tmp_path)
     best = next(p for p in (run / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt")
-    for keyword, found in (("best", best), ("last", ckpt)):
+    for keyword, found in (("best", best), ("last", run / "checkpoints" / "last.ckpt")):
         capsys.readouterr()
         main(["export", *CLASSIFY, f"--ckpt_path={keyword}", "--formats=onnx"])
         folder = run.relative_to(Path.cwd()) / "export" / keyword
