@@ -50,7 +50,7 @@ def main(args, run: bool = True):
 def fault(class_name: str, **init_args) -> str:
     """The lines of an overlay's ``trainer.callbacks+:`` list that add ``faults.<class_name>``."""
     args = "".join(f"\n        {k}: {v}" for k, v in init_args.items())
-    return f"    - class_path: faults.{class_name}\n      init_args:{args}\n"
+    return f"    - class_path: faults.{class_name}\n" + (f"      init_args:{args}\n" if args else "")
 
 
 # The files that take longest, dealt first, so that the short ones fill the workers beside them.

@@ -69,6 +69,15 @@ class SignalBeforeTraining(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SignalInSetup(Callback):
+    """Sends SIGTERM to its own process in its ``setup`` hook, as the run sets up, before any step (in a
+    Slurm job's first start only, its ``SLURM_RESTART_COUNT`` unset or 0)."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 class SignalInStage(Callback):
     """Sends ``signal`` to its own process as the first batch of ``stage`` (test or predict) begins:
     a job stopped in an evaluation, or in the test that follows ``fit``."""

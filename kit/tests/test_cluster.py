@@ -114,9 +114,9 @@ def write_sweep(folder: Path, name: str, n_trials: int) -> Path:
     return path
 
 
-# `make test-cluster` runs these on 4 workers, and xdist deals 7 tests round-robin, so the 4th, the
-# time-limit job (90 to 120 s, mostly waiting for Slurm's warning), has its worker to itself and the
-# others go two to a worker: none runs much longer than that job.
+# `make test-cluster` runs these on 4 workers, and xdist deals the 8 tests round-robin, so the 4th,
+# the time-limit job (90 to 120 s, mostly waiting for Slurm's warning), shares its worker with the last,
+# the shortest, and the others go two to a worker: none runs much longer than that job.
 def test_three_sweep_workers_share_a_postgresql_study_and_retry_a_killed_workers_trial(tmp_path, database):
     import optuna
     from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -220,8 +220,7 @@ def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_
     check of the time limits from then on: they are 30 s apart, so 90 to 120 s after the start), the
     job saves and requeues itself, and its second start, unslowed, resumes and finishes in its own
     first 90 s. Its first start takes 10 s a step, 140 s for the epoch's 14: the warning comes before
-    it ends. A signal before training begins (a start slower than that) would end the job unsaved,
-    so the warning leaves a loaded machine 90 s to start."""
+    it ends."""
     folder = workdir(tmp_path, "time")
     slow = {"class_path": "faults.SlowFirstStart", "init_args": {"seconds": 10.0}}
     (folder / "slow.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [slow]}}))
@@ -232,7 +231,8 @@ def test_a_job_at_its_time_limit_saves_requeues_itself_and_finishes_on_its_next_
     info = wait_until_done(job_id, timeout=360)
     log = output(folder, job_id)
     assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
-    assert log.count("Received SIGTERM at step") == 1
+    # A start slower than 90 s meets the warning before its first step: requeued unsaved, the same end.
+    assert log.count("Received SIGTERM") == 1
     assert f"Requeued Slurm job {job_id}" in log and "exit code 143" in log
     last = torch.load(folder / "runs/classify/version_0/checkpoints/last.ckpt", weights_only=True)
     assert last["global_step"] == 14
@@ -285,3 +285,21 @@ def test_two_tasks_on_one_node_train_in_one_run_directory(tmp_path):
     rows = training_rows(folder / "runs" / "classify" / "version_0")
     (test_acc,) = [float(r["test/acc"]) for r in rows if r["test/acc"]]
     assert test_acc >= 0.95
+
+
+def test_a_job_signalled_while_it_starts_requeues_itself_and_trains_on_its_next_start(tmp_path):
+    """A SIGTERM before the first step (its own here, as the run sets up; in life a time limit's
+    warning or a preemption while the job imports or prepares its data) finds nothing to save: the job
+    requeues itself and exits 143 with no run directory left, and its next start trains the run."""
+    folder = workdir(tmp_path, "starting")
+    signalled = [{"class_path": "faults.SignalInSetup"}, {"class_path": "projkit.reliability.Preemption"}]
+    overlay = {"preemption": None, "trainer": {"callbacks+": signalled}}  # the fault's setup comes first
+    (folder / "starting.yaml").write_text(yaml.safe_dump(overlay))
+    job_id = fit_job(folder, "--config", "starting.yaml", "--trainer.max_epochs=1", "--test_after_fit=false")
+    info = wait_until_done(job_id)
+    log = output(folder, job_id)
+    assert (info["JobState"], info["ExitCode"], info["Restarts"]) == ("COMPLETED", "0:0", "1"), log[-3000:]
+    assert log.count("Received SIGTERM while starting, before any step: nothing to save.") == 1
+    assert f"Requeued Slurm job {job_id}" in log and "Traceback" not in log
+    last = torch.load(folder / "runs/classify/version_0/checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 14 and not (folder / "runs/classify/version_1").exists()

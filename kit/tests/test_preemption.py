@@ -100,20 +100,37 @@ def test_signal_saves_and_exits_non_zero(task, signum, tmp_path):
     ("hook", "extra"),
     [
         ("on_sanity_check_start", ()),
+        # After the run's setup: the signal is kept until the Preemption installs its handlers.
+        ("setup", ()),
         # The Preemption after the fault, no sanity check: the signal meets Lightning's handler.
         ("on_train_start", ("--preemption=null", "--trainer.num_sanity_val_steps=0")),
     ],
-    ids=["in the sanity check", "to Lightning's handler"],
+    ids=["in the sanity check", "in the setup", "to Lightning's handler"],
 )
 def test_sigterm_before_the_first_step_saves_it_and_exits_143(hook, extra, tmp_path):
     """Lightning ends such a run after its first step (or sanity-check batch) with exit code 0 and
     nothing saved, so a scheduler records success and requeues nothing."""
     preemption = "    - class_path: projkit.reliability.Preemption\n" if extra else ""
-    process = start(tmp_path, *extra, fault=fault("SignalBeforeTraining", hook=hook) + preemption)
+    faulty = fault("SignalInSetup") if hook == "setup" else fault("SignalBeforeTraining", hook=hook)
+    process = start(tmp_path, *extra, fault=faulty + preemption)
     code, output = finish(process)
     assert code == 128 + signal.SIGTERM, output[-3000:]
     assert "Received SIGTERM at step 1: saved runs/classify/version_0/checkpoints/last.ckpt" in output
     assert_saved_and_resumable(tmp_path, 1)
+
+
+@pytest.mark.slow
+def test_sigterm_while_starting_exits_143_and_leaves_no_run(tmp_path):
+    """A SIGTERM before the run's Preemption takes it over (here: in a callback's setup that comes
+    before it; in life, while the process imports or prepares its data) has nothing to save: exit 143
+    at once, as a scheduler's requeue expects (tests/test_cluster.py: the job is requeued), rather than
+    a kill (-15), and the new run directory is gone, so that the next start takes its number."""
+    preemption = "    - class_path: projkit.reliability.Preemption\n"
+    process = start(tmp_path, "--preemption=null", fault=fault("SignalInSetup") + preemption)
+    code, output = finish(process)
+    assert code == 128 + signal.SIGTERM, output[-3000:]
+    assert "Received SIGTERM while starting, before any step: nothing to save." in output
+    assert "Traceback" not in output and not (tmp_path / "runs" / "classify" / "version_0").exists()
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from typing import Any
 from projkit import library_warnings
 from projkit.context import use
 from projkit.layout import note_left_behind
-from projkit.lifetime import end_with, launched_rank
+from projkit.lifetime import end_with, handle_sigterm_while_starting, launched_rank
 from projkit.versions import check_supported_versions
 
 # The PID of the process whose command started this one's ranks (Lightning's launcher runs the same
@@ -77,6 +77,7 @@ class Project:
 
             serve(args[1:])
         else:
+            handle_sigterm_while_starting(requeue=True)  # the CLI's run settles it (its Preemption)
             from projkit.cli import main
 
             main(None if argv is None else args)

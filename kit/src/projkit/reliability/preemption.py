@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 import warnings
@@ -29,6 +28,7 @@ from projkit.internals.lightning import (
     keep_ignored_at_teardown,
     stop_sigterm_broadcast,
 )
+from projkit.lifetime import defer_sigterm_while_starting, requeue_slurm_job, sigterm_while_starting
 from projkit.loops import accumulating
 from projkit.rundir.naming import run_directory
 
@@ -94,6 +94,7 @@ class Preemption(Callback):
         environment = getattr(trainer.strategy, "cluster_environment", None)
         if isinstance(environment, SLURMEnvironment):
             environment.auto_requeue = False
+        defer_sigterm_while_starting()  # a SIGTERM from here on stops the run after its first step
 
     # The handlers go in once Lightning has registered its own, so that these replace them: at the
     # sanity check, or at the start of training where there is none.
@@ -128,8 +129,10 @@ class Preemption(Callback):
             # replaced above, so the flag stays unset: this agreement does its job.
             stop_sigterm_broadcast(trainer)
         # A SIGTERM that Lightning's handler took (during the restore or the sanity check) would end
-        # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved.
-        if clear_received_sigterm(trainer):
+        # the run at the next step, or batch of the sanity check, with exit code 0 and nothing saved;
+        # one since this run's setup was kept for here (``projkit.lifetime``). Both are read and cleared.
+        took, kept = clear_received_sigterm(trainer), sigterm_while_starting()
+        if took or kept:
             self._record(signal.SIGTERM, None)
         if "TORCHELASTIC_RUN_ID" in os.environ or trainer.global_rank > 0:
             self._watch_launcher()
@@ -281,7 +284,7 @@ class Preemption(Callback):
     def _requeue(self, trainer: Trainer, signum: int) -> None:
         job = os.environ.get("SLURM_JOB_ID")
         if self.requeue and job and trainer.is_global_zero and signum == signal.SIGTERM:
-            requeue_slurm_job(job)
+            requeue_slurm_job(job, rank_zero_info)
 
     def _ignore_repeats(self, trainer: Trainer) -> None:
         """On its way out with 128 + signal, the process ignores SIGTERM: Slurm signals the job's
@@ -310,25 +313,3 @@ def without_slurm_requeue(plugins: Any) -> list:
         if slurm:
             listed.append(SLURMEnvironment(auto_requeue=False))
     return listed
-
-
-def requeue_slurm_job(job: str) -> None:
-    """Put the job back in the queue (it starts again from the top of its script) when it is still
-    running: the signal came before its time limit (``--signal``) or from a ``kill``. A job that
-    Slurm is already ending was either requeued by Slurm (``scontrol requeue``, preemption) or
-    cancelled, and ``scontrol requeue`` would requeue a cancelled job too, undoing ``scancel``."""
-    state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
-    if state.stdout.strip() != "RUNNING":
-        rank_zero_info(
-            f"Slurm job {job} is {state.stdout.strip() or 'not in the queue'}: Slurm is ending it "
-            "(requeued or cancelled), so it is not requeued here."
-        )
-        return
-    requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    # Slurm ends the job's processes as it requeues it, `scontrol` among them when it has not
-    # returned yet (seen on a loaded machine): killed by a signal, it was the requeue under way.
-    if requeue.returncode == 0 or requeue.returncode < 0:
-        rank_zero_info(f"Requeued Slurm job {job}: it resumes from this checkpoint when it starts again.")
-    else:
-        reason = requeue.stderr.strip() or f"scontrol exited with {requeue.returncode}"
-        rank_zero_info(f"Slurm job {job} was not requeued ({reason}): resume it by hand.")
