@@ -241,6 +241,14 @@ def asking(server: ServedExport, count: int, answers: list) -> list[threading.Th
     return threads
 
 
+def drain(slow: SlowModel, server: ServedExport, threads: list[threading.Thread]) -> int:
+    """Let the model in, wait for the requests' answers, stop the server: its exit code."""
+    slow.release.set()
+    for thread in threads:
+        thread.join(60)
+    return server.stop()
+
+
 @pytest.mark.slow
 def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, tmp_path):
     """The model arrives through a pipe, as slowly as the test lets it: the server listens, /health
@@ -249,6 +257,7 @@ def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, 
     slow = SlowModel(export, tmp_path)
     server = ServedExport(str(slow.folder)).start(healthy=False)
     answers: list = []
+    threads: list[threading.Thread] = []
     try:
         assert slow.listening(server) == 503
         threads = asking(server, 3, answers)
@@ -257,14 +266,10 @@ def test_a_request_while_the_model_loads_waits_and_sigterm_drains_it(text_case, 
             time.sleep(0.05)
         assert not answers, "nothing is answered before the model is in"
         server.process.send_signal(15)
-        slow.release.set()
-        for thread in threads:
-            thread.join(60)
     finally:
-        slow.release.set()
-        code = server.stop()
+        code = drain(slow, server, threads)
     assert code == 0, server.output
-    assert answers == [(200, answers[0][1])] * 3 and answers[0][1]["text"] == text
+    assert [(status, said.get("text")) for status, said in answers] == [(200, text)] * 3
     assert "Server stopped." in server.output
 
 
@@ -280,6 +285,7 @@ def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_re
     server = ServedExport(str(slow.folder), "--max_batch_size=4").start(healthy=False)
     kept = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     answers: list = []
+    threads: list[threading.Thread] = []
     try:
         assert slow.listening(server) == 503
         threads = asking(server, 3, answers)
@@ -296,14 +302,10 @@ def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_re
         said = json.loads(response.read())
         assert response.status == 503 and response.getheader("Connection") == "close", said
         assert "the server is stopping" in said["detail"] and kept.sock is None
-        slow.release.set()
-        for thread in threads:
-            thread.join(60)
     finally:
-        slow.release.set()
-        code = server.stop()
+        code = drain(slow, server, threads)
     assert code == 0, server.output
-    assert answers == [(200, answers[0][1])] * 3 and answers[0][1]["text"] == text
+    assert [(status, said.get("text")) for status, said in answers] == [(200, text)] * 3
     assert re.search(r"answered 3 requests in 1 model calls \(largest batch 3\)", server.output)
 
 

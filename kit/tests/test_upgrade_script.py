@@ -76,6 +76,7 @@ def repos(tmp_path: Path) -> dict:
     (project / "tests" / "test_owner.py").write_text(OWNER_TESTS)
     (project / "Makefile").write_text(f"check:\n\t{sys.executable} -m pytest -p no:randomly -rfE -q tests\n")
     (project / "uv.lock").write_text("")
+    (project / ".gitignore").write_text("__pycache__/\n.pytest_cache/\n")  # as a project's has: bytecode
     commit(project, "a project of the kit's later 1.0.0 commit")
     (tmp_path / "uv").write_text(FAKE_UV)
     (tmp_path / "uv").chmod(0o755)
