@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary, ProgressBar
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, ModelSummary, ProgressBar, Timer
 
 from conftest import DEFAULTS, main
 from projkit.cli import STANDARD_CALLBACKS
@@ -114,6 +114,19 @@ def test_overlay_appends_callbacks_instead_of_replacing(workdir):
         (callback,) = callbacks_of(cli, key)
         assert unlike_stated(cli, key, callback) == {}, key
     assert early_stopping(cli).monitor == stated(cli)["early_stopping.init_args.monitor"]
+
+
+def test_a_lightning_callback_with_empty_init_args_and_an_enum_default_builds_and_saves(workdir):
+    """Lightning's ``Timer`` (its ``interval`` defaults to an enum, which YAML could not write), its
+    ``init_args:`` left empty as a user leaves them: it builds, and the run's config says ``step``."""
+    (workdir / "timer.yaml").write_text(
+        "trainer:\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.Timer\n      init_args:\n"
+    )
+    cli = build("classify.yaml", str(workdir / "timer.yaml"))
+    assert [type(callback) for callback in cli.trainer.callbacks].count(Timer) == 1
+    saved = yaml.safe_load(cli.parser.dump(cli.config, skip_none=False))
+    assert {"class_path": "lightning.pytorch.callbacks.Timer", "init_args": {"duration": None,
+            "interval": "step", "verbose": True}} in saved["trainer"]["callbacks"]  # fmt: skip
 
 
 def test_logger_overlay_keeps_experiment_name(workdir):

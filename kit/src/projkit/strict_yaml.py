@@ -11,11 +11,12 @@ the safe loader, so that no tag builds an object or runs code.
 from __future__ import annotations
 
 import re
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import get_loader, set_loader
+from jsonargparse import get_loader, set_dumper, set_loader
 
 # Far above any config (the largest shipped one is a few hundred nodes), far below what hangs.
 MAX_NODES = 100_000
@@ -119,6 +120,19 @@ def check_keys(node: yaml.MappingNode, path: list[str]) -> None:
         seen[key.value] = line
 
 
+def without_empty_arguments(value: Any) -> Any:
+    """``init_args:`` or ``dict_kwargs:`` left empty (YAML's null) read as no arguments, which is what
+    the line says; jsonargparse refused it with "'NoneType' object has no attribute 'keys'"."""
+    if isinstance(value, dict):
+        return {
+            key: {} if key in ("init_args", "dict_kwargs") and item is None else without_empty_arguments(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [without_empty_arguments(item) for item in value]
+    return value
+
+
 def install() -> None:
     """Check every YAML jsonargparse loads, before its own loader reads it."""
     load = get_loader("yaml")
@@ -128,7 +142,25 @@ def install() -> None:
     def checked_load(text: str) -> Any:
         if isinstance(text, str):
             check_yaml(text)
-        return load(text)
+        return without_empty_arguments(load(text))
 
     checked_load.checked = True
     set_loader("yaml", checked_load, (yaml.YAMLError,))
+    set_dumper("yaml", dump)
+
+
+def dump(data: Any) -> str:
+    """YAML as jsonargparse writes it (a run's config.yaml, the values it checks a class's arguments
+    with), an enum written as its value: Lightning's ``Timer`` defaults ``interval: str`` to the enum
+    ``Interval.step``, which the safe dumper cannot write, so adding it to a config was a traceback."""
+    return yaml.safe_dump(enum_values(data), default_flow_style=False, allow_unicode=True, sort_keys=False)
+
+
+def enum_values(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: enum_values(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [enum_values(item) for item in value]
+    return value
