@@ -58,6 +58,7 @@ def test_limit_runs_a_few_batches_and_profile_writes_its_report_into_the_run(wor
     assert sorted(p.name for p in workdir.iterdir()) == ["runs"]
 
 
+@pytest.mark.slow
 def test_a_debug_run_logs_apart_and_last_resumes_the_real_run(workdir, capsys):
     """A run of the experiment, then a debug run of it: `--ckpt_path last` on the experiment resumes
     the real run, never the debug one (which, resumed, trained hundreds of steps at the schedule's

@@ -154,6 +154,7 @@ writer.save()
 """
 
 
+@pytest.mark.slow
 def test_a_kill_while_a_new_column_rewrites_metrics_csv_keeps_every_row(tmp_path: Path):
     """Lightning's CSV writer rewrites metrics.csv in place when a metric's column first appears: a
     kill in that rewrite left the file cut to its header."""
@@ -165,6 +166,7 @@ def test_a_kill_while_a_new_column_rewrites_metrics_csv_keeps_every_row(tmp_path
     assert before.read_text().splitlines()[1:] == ["0,1.0"]
 
 
+@pytest.mark.slow
 def test_a_kill_while_tensorboard_writes_hparams_yaml_leaves_none_cut(workdir: Path):
     """TensorBoard's logger writes hparams.yaml only when it is missing: a kill in that write left it
     empty for good. Now it is there whole or not at all; a run not killed has it whole."""

@@ -62,6 +62,7 @@ def test_a_killed_sweep_worker_takes_its_trial_with_it(workdir):
                 process.kill()
 
 
+@pytest.mark.slow
 def test_a_sigterm_after_everything_is_written_exits_0(workdir):
     """A command that finished (its run written, ``main`` returned) and then receives SIGTERM, as a
     scheduler sends at a job's end, still exits 0: a death by the signal reads as a failure."""

@@ -36,6 +36,7 @@ def test_every_member_the_kit_reads_is_listed_in_its_readme():
             assert heading.strip("'") in headings, f"{member.name}: {page} has no heading {heading}"
 
 
+@pytest.mark.slow
 def test_export_of_an_image_model_whose_data_states_no_preprocessing_is_refused(workdir, capsys, monkeypatch):
     monkeypatch.delenv("PROJ_DEBUG")  # what a user sees
     fitted = main(["fit", *CLASSIFY, *TINY_FIT, "--test_after_fit=false"])

@@ -392,6 +392,7 @@ trainer:
     assert resumed_config["trainer"]["max_epochs"] == 4
 
 
+@pytest.mark.slow
 def test_auto_in_a_batch_job_resumes_that_jobs_run_and_no_other(run_copy, monkeypatch, caplog):
     """A job script's `--ckpt_path auto`: a new job starts a new run even where the checkout holds a
     finished run of the experiment (which it once resumed, trained nothing and called a success); a
@@ -413,6 +414,7 @@ def test_auto_in_a_batch_job_resumes_that_jobs_run_and_no_other(run_copy, monkey
     assert "Nothing to train" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_resume_longer_than_its_schedule_says_the_rate_stays_at_the_floor(workdir):
     """The run resumed with more epochs keeps the schedule it was built with: the steps past its end
     train at the floor rate, said with what to do (the settings warning names only max_epochs)."""

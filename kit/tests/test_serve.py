@@ -88,6 +88,7 @@ def image_case(tmp_path_factory: pytest.TempPathFactory):
     assert server.stop() == 0, server.output
 
 
+@pytest.mark.slow
 def test_health_answers_503_while_serve_exports_the_checkpoint(image_case):
     """``serve --config ... --ckpt_path ...`` takes its port before it exports: /health is 503 until
     the model is loaded, not a refused connection."""

@@ -147,6 +147,7 @@ def test_an_edited_kit_is_refused_committed_or_not_unless_overwritten(repos, com
     assert upgrade(repos, OVERWRITE="1").returncode == 0 and kit_says(repos) == "# 1.1.0\n"
 
 
+@pytest.mark.slow
 def test_failing_tests_are_told_apart_as_caused_by_the_upgrade_or_failing_before(repos):
     done = upgrade(repos, tests="check")
     assert done.returncode == 2, done.stdout

@@ -44,6 +44,7 @@ def test_a_version_outside_the_range_is_refused_naming_range_and_fix(name, versi
     assert re.fullmatch(r"lightning>=[\d.]+,<[\d.]+", shown(declared_ranges()["lightning"]))  # floor first
 
 
+@pytest.mark.slow
 def test_a_command_refuses_it_before_importing_lightning(workdir):
     folder = shadowing(workdir / "shadow", "lightning", "2.99.0")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
