@@ -53,7 +53,7 @@ from projkit.internals.jsonargparse import subcommands_action
 from projkit.internals.lightning import keep_hparams_from_loggers
 from projkit.internals.stdlib import choice_help_actions
 from projkit.layout import KIT_DEFAULTS
-from projkit.lifetime import handle_sigterm_while_starting
+from projkit.lifetime import requeue_while_starting
 from projkit.outcome import (
     NOTHING_TO_TRAIN,
     TESTED_ALREADY,
@@ -318,7 +318,7 @@ class ProjectCLI(LightningCLI):
             # without a bar but with one in its callbacks.
             callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
         preemption = next((c for c in callbacks if isinstance(c, Preemption)), None)
-        handle_sigterm_while_starting(None if preemption is None else preemption.requeue)
+        requeue_while_starting(None if preemption is None else preemption.requeue)
         if preemption is not None:
             kwargs.setdefault("plugins", without_slurm_requeue(config.trainer.get("plugins")))
         trainer = super().instantiate_trainer(**{"callbacks": callbacks, **kwargs})

@@ -60,23 +60,31 @@ def launched_rank() -> bool:
     return local_rank.isdigit() and int(local_rank) > 0 and "TORCHELASTIC_RUN_ID" not in os.environ
 
 
-def handle_sigterm_while_starting(requeue: bool | None) -> None:
+def handle_sigterm_while_starting() -> None:
     """Until a run's ``Preemption`` takes SIGTERM over, a SIGTERM (a Slurm job's time-limit warning, a
     preemption, ``kill``) comes while the process imports, builds or prepares its data: nothing has
     trained since the last save, so the process exits at once with 143, as the default handler would,
-    but its Slurm job is requeued first (rank 0, ``requeue``), to start again with ``--ckpt_path auto``
-    rather than end FAILED. From the run's setup on (``defer_sigterm_while_starting``), the signal is
-    kept for ``Preemption`` instead. ``None`` puts the default handler back (a run without
-    ``Preemption``). Main thread only; a handler the process set itself is kept."""
+    but its Slurm job is requeued first (rank 0), to start again with ``--ckpt_path auto`` rather than
+    end FAILED. ``requeue_while_starting`` settles it once the run's callbacks are known; from the
+    run's setup on (``defer_sigterm_while_starting``) the signal is kept for ``Preemption`` instead.
+    For ``python -m <package>`` only (a test's or notebook's process keeps its own handlers); main
+    thread only; a handler the process set itself is kept."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        _STARTING.requeue, _STARTING.deferred, _STARTING.received = True, False, 0
+        signal.signal(signal.SIGTERM, _STARTING)
+
+
+def requeue_while_starting(requeue: bool | None) -> None:
+    """The run's ``Preemption(requeue=...)`` for the handler above, where it is installed; ``None``
+    (a run without ``Preemption``) puts the default handler back."""
     if threading.current_thread() is not threading.main_thread():
         return
-    current = signal.getsignal(signal.SIGTERM)
-    if requeue is None:
-        if current is _STARTING:
+    if signal.getsignal(signal.SIGTERM) is _STARTING:
+        if requeue is None:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    elif current is _STARTING or current == signal.SIG_DFL:
-        _STARTING.requeue, _STARTING.deferred, _STARTING.received = requeue, False, 0
-        signal.signal(signal.SIGTERM, _STARTING)
+        else:
+            _STARTING.requeue = requeue
 
 
 def defer_sigterm_while_starting() -> None:

@@ -77,7 +77,7 @@ class Project:
 
             serve(args[1:])
         else:
-            handle_sigterm_while_starting(requeue=True)  # the CLI's run settles it (its Preemption)
+            handle_sigterm_while_starting()  # until the run's Preemption takes the signal over
             from projkit.cli import main
 
             main(None if argv is None else args)
