@@ -4,6 +4,13 @@
 .DEFAULT_GOAL := help
 CONFIG ?= configs/digits.yaml
 
+# `make upgrade-kit` swaps kit/ in one step where the file system can; where it cannot, a kill
+# between its two renames leaves kit/ in .kit-upgrade/aside, and this puts it back (make then goes
+# on, and the next `make upgrade-kit` finishes the upgrade).
+kit/kit.mk:
+	@test -d .kit-upgrade/aside && test ! -e kit || \
+		{ echo "error: no kit/kit.mk: git checkout -- kit restores the kit you committed" >&2; exit 2; }
+	mv .kit-upgrade/aside kit
 include kit/kit.mk
 
 .PHONY: help train test test-fast

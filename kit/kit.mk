@@ -101,7 +101,8 @@ rename: | $(UV) ## rename the package everywhere: make rename NAME=mynewproject 
 #   make upgrade-kit                                 # the newest release, from the remote `template` (else `origin`)
 #   make upgrade-kit VERSION=1.1.0                   # a release; REF=<branch, tag or commit> for any other
 #   make upgrade-kit FROM=https://github.com/<owner>/<template>.git
-# OVERWRITE=1 replaces a kit/ with local changes (lost); DOWNGRADE=1 takes an older version.
+# OVERWRITE=1 replaces a kit/ with local changes (lost); DOWNGRADE=1 takes an older kit. A kill
+# leaves the old kit or the new one, and the next upgrade-kit finishes it (kit/docs/upgrading.md).
 TESTS ?= test
 upgrade-kit: | $(UV) ## replace kit/ with the template's newest release (VERSION=, REF=, FROM=), relock, test
 	UV=$(UV) python3 kit/scripts/upgrade.py $(if $(REF),"$(REF)") $(if $(VERSION),--version "$(VERSION)") \

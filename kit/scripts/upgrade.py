@@ -7,33 +7,47 @@ commit where ``kit/pyproject.toml``'s version changes (its tag ``v<version>`` to
 so any clone of the template can name one. ``FROM`` is a git repository (a URL or a local folder); by
 default the remote named ``template``, else ``origin``. A kit that differs from every kit the template
 has had at its version, committed or not, is refused (``OVERWRITE=1`` replaces it anyway), as the
-upgrade would lose the change. Standard library only: it runs before any environment exists, and
-from the kit it replaces, so a fix here reaches a project from its next upgrade on.
+upgrade would lose the change; so is an older kit (``DOWNGRADE=1`` takes it). A kill at any moment
+leaves the old kit or the new one, and the next run finishes the upgrade (upgrade_swap.py). Standard
+library only: it runs before any environment exists, and from the kit it replaces, so a fix here
+reaches a project from its next upgrade on.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from upgrade_steps import (
-    KIT,
-    ROOT,
     Source,
     UpgradeError,
     changes,
     edited_files,
+    extract,
     git,
     kit_tree,
     parse_version,
-    replace_kit,
     run_after,
     uncommitted,
     version_at,
+)
+from upgrade_swap import (
+    INCOMING,
+    KIT,
+    LOCK,
+    ROOT,
+    Journal,
+    exchange,
+    finish,
+    reached,
+    recover,
+    tidy,
+    write_atomic,
 )
 
 KEEP_A_CHANGE = (
@@ -62,10 +76,9 @@ def choose(source: Source, ref: str | None, wanted: str | None) -> tuple[str, st
     return releases[newest], f"the newest release, {newest}"
 
 
-def check_unedited(source: Source, old: str, overwrite: bool) -> None:
+def check_unedited(source: Source, tree: str, old: str, overwrite: bool) -> None:
     """Refuse to replace a kit that is none of the template's at its version, committed or not,
     listing what differs: from the release's files, and what git shows uncommitted."""
-    tree = kit_tree()
     if source.has_kit(tree):
         return
     release = source.releases().get(old)
@@ -84,27 +97,72 @@ def check_unedited(source: Source, old: str, overwrite: bool) -> None:
     raise UpgradeError(f"{found}{KEEP_A_CHANGE}")
 
 
+def check_older(source: Source, start: Journal, commit: str, new: str, how: str, downgrade: bool) -> bool:
+    """Whether the kit goes back: an older version, or the same version's earlier commit (a project
+    on a branch's tip asking for the newest release). Refused unless DOWNGRADE=1."""
+    by_version = parse_version(new) < parse_version(start.old)
+    first = None if by_version else source.older(commit, start.tree)
+    if not (by_version or first):
+        return False
+    if not downgrade:
+        after = f" (kit of commit {first[:12]}, which comes after it)" if first else ""
+        raise UpgradeError(
+            f"{how} is projkit {new} (commit {commit[:12]}), older than this project's {start.old}{after}: "
+            "that is a downgrade. Add DOWNGRADE=1 to take it (make upgrade-kit ... DOWNGRADE=1)."
+        )
+    return True
+
+
+def starting_point(tree: str) -> tuple[Journal, bytes]:
+    """The kit and lock the upgrade starts from: as they are (``tree``: kit/ now), or, where a run
+    was killed, as they were before it, so that this run does what that one would have done."""
+    interrupted = recover()
+    if interrupted is None:
+        return Journal(version_at(KIT), tree, ""), LOCK.read_bytes()
+    print(
+        f"An upgrade of kit/ from {interrupted.old} to {interrupted.to} was stopped before it finished: "
+        f"this one starts from {interrupted.old} and its uv.lock again."
+    )
+    return interrupted, Journal.lock()
+
+
+def swap_in(commit: str, start: Journal, new: str, lock: bytes) -> None:
+    """``commit``'s kit at kit/, and the lock the upgrade started from (relocked next), the journal
+    written before either changes."""
+    incoming = extract(commit, INCOMING)
+    reached("extracted")
+    Journal(start.old, start.tree, new).write(lock)
+    reached("journaled")
+    write_atomic(LOCK, lock)
+    exchange(incoming)
+    reached("swapped")
+    shutil.rmtree(INCOMING)  # the kit swapped out: git has it (``start.tree``)
+
+
 def upgrade(args: argparse.Namespace) -> None:
     if git("rev-parse", "--is-inside-work-tree").returncode != 0:
         raise UpgradeError(f"{ROOT} is not a git checkout: the upgrade needs git to fetch the kit")
     source = Source.fetch(args.source)
-    old = version_at(KIT)
+    tree = kit_tree()
+    start, lock = starting_point(tree)
     commit, how = choose(source, args.ref, args.version)
     new = source.version(commit)
-    check_unedited(source, old, args.overwrite)  # first: what the owner would lose
-    if parse_version(new) < parse_version(old) and not args.downgrade:
-        raise UpgradeError(
-            f"{how} is projkit {new}, older than this project's {old}: that is a downgrade. "
-            "Add DOWNGRADE=1 to take it (make upgrade-kit ... DOWNGRADE=1)."
-        )
-    old_tree, old_lock = kit_tree(), (ROOT / "uv.lock").read_bytes()
-    replace_kit(commit)
-    print(f"kit/: projkit {old} -> {new} ({how}: commit {commit[:12]} of {source.name})")
-    if parse_version(new) > parse_version(old) and (brought := changes(KIT / "CHANGELOG.md", old)):
+    check_unedited(source, tree, start.old, args.overwrite)  # first: what the owner would lose
+    older = check_older(source, start, commit, new, how, args.downgrade)
+    swap_in(commit, start, new, lock)
+    print(f"kit/: projkit {start.old} -> {new} ({how}: commit {commit[:12]} of {source.name})")
+    newer = parse_version(new) > parse_version(start.old)
+    if older:
+        print(f"Downgraded (DOWNGRADE=1): what {start.old} had and {new} lacks: {start.old}'s CHANGELOG.")
+    elif newer and (brought := changes(KIT / "CHANGELOG.md", start.old)):
         print(f"What changed, and what to do (kit/CHANGELOG.md):\n\n{brought}\n")
-    elif parse_version(new) < parse_version(old):
-        print(f"Downgraded: what {old} had and {new} lacks is in the CHANGELOG of {old}.")
-    run_after(args.tests, old, new, old_tree, old_lock)
+    try:
+        run_after(args.tests, start.old, new, start.tree, lock)
+    except UpgradeError:
+        finish()  # told: kit/ is the new one, and the message says how to go back
+        raise
+    reached("finishing")
+    finish()
     print(
         f"Upgraded the kit to {new}. Review it (git status, git diff --stat), then commit kit/ and uv.lock."
     )
@@ -127,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         upgrade(args)
     except UpgradeError as error:
+        tidy()  # what it made before kit/ changed; the journal of a stopped upgrade stays
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

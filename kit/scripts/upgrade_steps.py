@@ -1,22 +1,22 @@
 """The steps of ``make upgrade-kit`` (kit/scripts/upgrade.py): the template's repository and its
-releases, the kit's files as git sees them, the swap, and the tests after it. Standard library only."""
+releases, the kit's files as git sees them, the fetched kit's files, and the tests after it (the
+swap is upgrade_swap.py's). Standard library only."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
+import posixpath
 import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-KIT = ROOT / "kit"
+from upgrade_swap import INCOMING, LOCK, ROOT, exchange, reached, write_atomic
+
 # Where the template's branches and tags are fetched to, apart from the project's own.
 NAMESPACE = "refs/projkit-template"
 VERSION_LINE = re.compile(r'(?m)^version\s*=\s*"([^"]+)"')
@@ -60,7 +60,8 @@ class Source:
     def fetch(cls, given: str | None) -> Source:
         name = given or default_source()
         refspecs = [f"+refs/heads/*:{NAMESPACE}/heads/*", f"+refs/tags/*:{NAMESPACE}/tags/*"]
-        fetched = git("fetch", "--quiet", "--no-tags", "--prune", name, *refspecs, f"+HEAD:{NAMESPACE}/HEAD")
+        where = located(name)
+        fetched = git("fetch", "--quiet", "--no-tags", "--prune", where, *refspecs, f"+HEAD:{NAMESPACE}/HEAD")
         if fetched.returncode != 0:
             raise UpgradeError(
                 f"FROM={name}: git could not fetch the template from it ({last_line(fetched)}). Give its "
@@ -98,29 +99,48 @@ class Source:
         return found
 
     def commit(self, ref: str) -> str:
-        """``ref`` as the template's branch, tag, HEAD or (full or short) commit id."""
+        """``ref`` as the template's branch, tag, HEAD or (full or short) commit id: a commit of the
+        template's history, never one of this checkout's own."""
         for candidate in (f"{NAMESPACE}/heads/{ref}", f"{NAMESPACE}/tags/{ref}", f"{NAMESPACE}/{ref}"):
             found = git("rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
             if found.returncode == 0:
                 return found.stdout.strip()
         if re.fullmatch(r"[0-9a-fA-F]{4,40}", ref):
-            found = git("rev-parse", "--verify", f"{ref}^{{commit}}")
-            if found.returncode == 0:
-                return found.stdout.strip()
-            if "ambiguous" in found.stderr:
+            listed = git("rev-list", f"--glob={NAMESPACE}/*").stdout.split()
+            found = [commit for commit in listed if commit.startswith(ref.lower())]
+            if len(found) == 1:
+                return found[0]
+            if found:
                 raise UpgradeError(
-                    f"REF={ref}: that short commit id names several objects; give more of its digits"
+                    f"REF={ref}: {len(found)} commits of {self.name} start with {ref}; give more digits"
                 )
+            raise UpgradeError(
+                f"REF={ref}: no commit {ref} in {self.name} (on its branches and tags). Name one of its "
+                "commits, branches or tags, or a release with VERSION="
+            )
         raise UpgradeError(
             f"REF={ref}: no branch, tag or commit of that name in {self.name}. Name one it has, or a "
             "release with VERSION= (no REF and no VERSION takes the newest release)"
         )
 
+    def kit_commits(self, tree: str) -> list[str]:
+        """The fetched commits (oldest first) whose kit/ is ``tree`` (a kit/ folder as a git tree)."""
+        commits = self.commits("kit")
+        asked = "".join(f"{commit}:kit\n" for commit in commits)
+        listed = git("cat-file", "--batch-check=%(objectname)", stdin=asked).stdout.split("\n")
+        return [commit for commit, kit in zip(commits, listed, strict=False) if kit == tree]
+
     def has_kit(self, tree: str) -> bool:
-        """Whether ``tree`` (a kit/ folder as a git tree) is the kit of any fetched commit."""
-        asked = "".join(f"{commit}:kit\n" for commit in self.commits("kit"))
-        listed = git("cat-file", "--batch-check=%(objectname)", stdin=asked)
-        return tree in listed.stdout.split()
+        """Whether ``tree`` is the kit of any fetched commit."""
+        return bool(self.kit_commits(tree))
+
+    def older(self, commit: str, tree: str) -> str | None:
+        """The first commit with the kit ``tree`` where ``commit``'s kit differs and comes before it
+        in the template's history (taking it goes back), else None."""
+        first = next(iter(self.kit_commits(tree)), None)
+        if first is None or git("rev-parse", f"{commit}:kit").stdout.strip() == tree:
+            return None
+        return first if git("merge-base", "--is-ancestor", commit, first).returncode == 0 else None
 
 
 def default_source() -> str:
@@ -132,6 +152,22 @@ def default_source() -> str:
         "no FROM given and this checkout has no remote named `template` or `origin`: name the template's "
         "repository, e.g. make upgrade-kit FROM=https://github.com/<owner>/<template>.git"
     )
+
+
+def located(name: str) -> str:
+    """``name`` as git fetches it: a remote or a URL as given, a folder made absolute (this script
+    runs git in the checkout, not where it was called from); a folder that does not exist is said."""
+    remotes = git("remote").stdout.split()
+    if name in remotes or re.match(r"[^/]*:", name):  # a remote, a URL or host:path
+        return name
+    folder = Path(name).expanduser().absolute()
+    if not folder.exists():
+        raise UpgradeError(
+            f"FROM={name}: no such folder ({folder}), and this checkout has no remote of that name (its "
+            f"remotes: {', '.join(remotes) or 'none'}). Give the template's repository as a URL, a "
+            "folder or a remote: make upgrade-kit FROM=https://github.com/<owner>/<template>.git"
+        )
+    return str(folder)
 
 
 def kit_tree() -> str:
@@ -158,40 +194,53 @@ def uncommitted() -> list[str]:
     return [f"{line[:2].strip().replace('??', 'A')} {line[3:]}" for line in listed]
 
 
+def leaving(member: tarfile.TarInfo) -> str | None:
+    """Why the archive's ``member`` may not be a file of kit/: a path or a link that leaves it, or
+    something other than a file, a folder or a link."""
+    parts = posixpath.normpath(member.name).split("/")
+    if member.name.startswith("/") or parts[0] != "kit" or ".." in parts:
+        return f"{member.name} is a path that leaves kit/"
+    if member.issym():
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), member.linkname))
+        if member.linkname.startswith("/") or target.split("/")[0] != "kit":
+            return f"{member.name} is a link to {member.linkname}, which leaves kit/"
+    elif not (member.isfile() or member.isdir()):
+        return f"{member.name} is neither a file, a folder nor a link"
+    return None
+
+
+def inside(link: Path, folder: Path) -> bool:
+    """Whether ``link``, its links followed, ends in ``folder`` (a loop of links does not)."""
+    try:
+        return link.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
 def extract(treeish: str, into: Path) -> Path:
-    """The kit/ of ``treeish`` (a commit, or a kit/ folder's tree) as files in ``into``/kit; a link
-    or a path that would leave the folder is refused, changing nothing."""
+    """The kit/ of ``treeish`` (a commit, or a kit/ folder's tree) as files in ``into``/kit. A link
+    or a path that leaves kit/ (or a link through links that does) is refused in one line before
+    kit/ changes: after the swap it would read or write the owner's files."""
     commit = git("cat-file", "-t", treeish).stdout.strip() == "commit"
     args = [treeish, "kit"] if commit else ["--prefix=kit/", treeish]
     archive = subprocess.run(["git", "archive", "--format=tar", *args], cwd=ROOT, capture_output=True)
     if archive.returncode != 0:
         raise UpgradeError(f"git archive {treeish[:12]}: {archive.stderr.decode(errors='replace').strip()}")
+    refused = "the fetched kit is refused, kit/ is unchanged: {} (a kit's files stay inside kit/)"
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        members = tar.getmembers()
+        if reason := next(filter(None, map(leaving, members)), None):
+            raise UpgradeError(refused.format(reason))
         try:
-            tar.extractall(into, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        except tarfile.TarError as error:
-            raise UpgradeError(f"the fetched kit is refused, nothing was changed: {error}") from None
+            tar.extractall(into, members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        except (tarfile.TarError, OSError) as error:
+            raise UpgradeError(refused.format(error)) from None
+    for member in filter(tarfile.TarInfo.issym, members):
+        if not inside(into / member.name, into / "kit"):
+            raise UpgradeError(refused.format(f"{member.name} is a link that leaves kit/ through a link"))
     if not (into / "kit" / "pyproject.toml").is_file():
         raise UpgradeError("the fetched folder holds no kit/pyproject.toml: not a version of the kit")
     return into / "kit"
-
-
-@contextlib.contextmanager
-def swapped_in(treeish: str) -> Iterator[Path]:
-    """kit/ replaced by ``treeish``'s, the one it replaced in the yielded folder until the block ends."""
-    with tempfile.TemporaryDirectory(dir=ROOT, prefix=".kit-upgrade-") as work:
-        new = extract(treeish, Path(work) / "new")
-        old = Path(work) / "old"
-        os.replace(KIT, old)
-        os.replace(new, KIT)
-        yield old
-
-
-def replace_kit(commit: str) -> None:
-    """Swap ``commit``'s kit in beside the old one, then drop the old: an interrupted upgrade leaves
-    one whole kit, which ``git status`` shows."""
-    with swapped_in(commit):
-        pass
 
 
 def changes(changelog: Path, old: str) -> str:
@@ -228,20 +277,23 @@ def run(step: list[str], echo: bool = True) -> tuple[int, str]:
 
 def failing_before(failed: list[str], old_tree: str, old_lock: bytes) -> set[str]:
     """Which of ``failed`` (pytest ids) fail on the kit and lock the project had before: kit/ and
-    uv.lock are put back for that run, then the new ones again."""
-    new_lock = (ROOT / "uv.lock").read_bytes()
+    uv.lock are put back for that run, then the new ones again (a kill meanwhile leaves the old
+    ones, and the journal, from which the next upgrade starts again)."""
+    new_lock = LOCK.read_bytes()
     pytest = [uv(), "run", "--frozen", "--no-sync", "pytest", "-p", "no:randomly", "-q", "-rfE"]
+    swapped = extract(old_tree, INCOMING)
     try:
-        with swapped_in(old_tree) as upgraded:
-            try:
-                (ROOT / "uv.lock").write_bytes(old_lock)
-                run([uv(), "sync", "--locked", "--quiet"])
-                _, said = run([*pytest, *failed])
-            finally:
-                os.replace(KIT, upgraded.parent / "before")
-                os.replace(upgraded, KIT)
+        exchange(swapped)
+        try:
+            write_atomic(LOCK, old_lock)
+            reached("rechecking")
+            run([uv(), "sync", "--locked", "--quiet"])
+            _, said = run([*pytest, *failed])
+        finally:
+            exchange(swapped)
     finally:
-        (ROOT / "uv.lock").write_bytes(new_lock)
+        write_atomic(LOCK, new_lock)
+        shutil.rmtree(INCOMING, ignore_errors=True)
         run([uv(), "sync", "--locked", "--quiet"])
     return set(FAILED.findall(said))
 
@@ -253,6 +305,7 @@ def run_after(tests: str | None, old: str, new: str, old_tree: str, old_lock: by
     for step in ([uv(), "lock"], [uv(), "sync", "--locked"]):
         if run(step)[0] != 0:
             raise UpgradeError(f"`{' '.join(step)}` failed after the upgrade to {new}. {back}")
+        reached(f"after uv {step[1]}")
     if not tests:
         return
     status, said = run(["make", tests])
