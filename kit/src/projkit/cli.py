@@ -29,6 +29,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from projkit import moved_classes
 from projkit.callbacks import OptunaPruning, ValidateAtEnd
 from projkit.callbacks.kit_version import KitVersion
 from projkit.checks.checkpoint import adopt_saved_classes, check_fits_model, refused_pickle
@@ -119,11 +120,13 @@ DESCRIPTION_OF_PROG = (
 # What a run prints is what the user can act on: what the libraries say that no user can act on is
 # silenced in one place, projkit.library_warnings, which every command installs as it starts.
 check_every_yaml()
+moved_classes.install()  # a class path from before the kit's split (<package>.optim.…) as the kit's
 
 
 class ProjectCLI(LightningCLI):
     def __init__(self, args: ArgsType = None, run: bool = True) -> None:
         self.command_line = sys.argv[1:] if args is None else args
+        moved_classes.forget()  # what an earlier command of this process read
         self.config_files = config_paths(self.command_line)
         try:
             super().__init__(
@@ -255,6 +258,11 @@ class ProjectCLI(LightningCLI):
         # What the configs and flags say of the model, before Lightning replaces it by the
         # checkpoint's hyperparameters.
         self.given_model = config.model.clone() if self.checkpoint is not None else None
+
+    def before_instantiate_classes(self) -> None:
+        """All is read (the configs, the checkpoint): one warning for any class path of the kit's from
+        before its split among it."""
+        moved_classes.warn_of_old_paths()
 
     def instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config

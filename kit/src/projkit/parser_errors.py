@@ -10,10 +10,12 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from typing import Any
 
-from jsonargparse import ArgumentParser
+from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
+from projkit import moved_classes
 from projkit.data.names import printable
 from projkit.errors import debugging
 from projkit.internals.stdlib import parser_actions
@@ -31,6 +33,13 @@ class ShortErrorParser(LightningArgumentParser):
         said = printable(unknown_name(message, parser) or one_line(message, self.env_prefix))
         sys.stderr.write(f"error: {said}\n(--help lists the options.)\n")
         raise SystemExit(2)
+
+    def parse_object(
+        self, obj: Namespace | dict, namespace: Namespace | None = None, *args: Any, **kwargs: Any
+    ) -> Namespace:
+        """jsonargparse's, with a class path from before the kit's split read as the kit's
+        (``moved_classes``): a checkpoint's hyperparameters come this way, which YAML does not."""
+        return super().parse_object(moved_classes.read(obj), namespace, *args, **kwargs)
 
 
 def unknown_name(message: str, parser: ArgumentParser) -> str | None:

@@ -14,11 +14,12 @@ from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from projkit.checks.checkpoint import refused_pickle
+from projkit.checks.checkpoint import load_checkpoint, refused_pickle
 from projkit.checks.model import check_optimization, warn_long_warmup, warn_schedule_ends_early
 from projkit.errors import ConfigError
 from projkit.internals.lightning import step_results
 from projkit.internals.torchmetrics import forward_value, set_forward_value
+from projkit.moved_classes import warn_of_old_paths, with_new_paths
 from projkit.optim import WarmupCosineLR, param_groups
 from projkit.reliability import loads_weights_only
 
@@ -116,6 +117,8 @@ class TaskModule(LightningModule):
                 "only (its checkpoints hold plain values), so that a crafted file cannot run code. "
                 "Leave weights_only out."
             )
+        if isinstance(checkpoint_path, (str, Path)) and Path(checkpoint_path).is_file():
+            kwargs = {**moved_settings(checkpoint_path), **kwargs}
         try:
             return super().load_from_checkpoint(
                 checkpoint_path, map_location, hparams_file, strict, weights_only=True, **kwargs
@@ -243,3 +246,17 @@ class TaskModule(LightningModule):
             if metric.meta.prog_bar and isinstance(value, torch.Tensor) and not copied:
                 self._on_host[key] = value.detach().to("cpu", copy=True)
                 set_forward_value(metric, self._on_host[key])
+
+
+def moved_settings(path: str | Path) -> dict[str, Any]:
+    """The hyperparameters of the checkpoint at ``path`` that name a class by its path from before
+    the kit's split, by the kit's path and warned of: ``load_from_checkpoint`` builds from them as
+    the CLI does (``projkit.moved_classes``)."""
+    checkpoint = load_checkpoint(path, "checkpoint_path")
+    saved = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
+    if not isinstance(saved, dict):
+        return {}  # Lightning's own load says what is missing
+    found: dict[str, str] = {}
+    moved = with_new_paths(saved, found)
+    warn_of_old_paths(found)
+    return {key: value for key, value in moved.items() if value != saved.get(key)}

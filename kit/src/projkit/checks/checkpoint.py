@@ -16,6 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from projkit.errors import ConfigError
 from projkit.internals.lightning import CLASS_PATH_KEY
+from projkit.moved_classes import with_new_paths
 
 
 def read_weights(path: str, field: str, hint: str = "") -> dict[str, Any]:
@@ -155,8 +156,9 @@ def check_ckpt_path(
 
 
 def check_same_model(checkpoint: dict, config, ckpt_path: str, parser: LightningArgumentParser) -> None:
-    """A checkpoint's module and network class must be the ones the config builds."""
-    saved = checkpoint.get("hyper_parameters") or {}
+    """A checkpoint's module and network class must be the ones the config builds (by the kit's
+    class path, in a checkpoint from before the kit's split too)."""
+    saved = with_new_paths(checkpoint.get("hyper_parameters") or {})
     wanted = config.model
     pairs = [("model", saved.get(CLASS_PATH_KEY), wanted.get("class_path"))]
     saved_net, wanted_net = saved.get("net"), wanted.get("init_args", {}).get("net")

@@ -14,6 +14,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from projkit.context import current
 from projkit.logger_media import upload_config, upload_config_to_mlflow
+from projkit.moved_classes import with_new_paths
 from projkit.rundir.atomic import write_atomic
 from projkit.rundir.naming import run_directory
 from projkit.strict_yaml import load
@@ -112,7 +113,7 @@ def settings_in_effect(path: Path, step: int) -> tuple[Path, dict | str]:
     if not isinstance(saved, dict):
         what = "empty" if saved is None else type(saved).__name__
         return in_effect, f"{in_effect.name} holds no settings ({what})"
-    return in_effect, saved
+    return in_effect, with_new_paths(saved)  # a run from before the kit's split: the same classes
 
 
 def differences(now: object, saved: object, key: str = "") -> list[str]:
