@@ -8,9 +8,10 @@ language model); ``GET /health`` answers 200 once a model is loaded (503 before)
 checkpoint first (in a process of its own, as ``export`` would) and serves that export.
 
 This module is dispatched before torch and Lightning are imported and imports neither: the server
-runs numpy, Pillow and onnxruntime only. The start is refused in one line (exit 2) for a missing or
-damaged export, a bad setting or a port in use; SIGTERM and Ctrl-C stop taking requests, answer
-those in flight and exit 0. ``--workers N`` runs N such servers on one socket (``workers``).
+runs numpy, Pillow, onnx and onnxruntime only. The start is refused in one line (exit 2) for a
+missing, damaged or inconsistent export (``folder`` checks it whole), a bad setting or a port in
+use; SIGTERM and Ctrl-C stop taking requests, answer those in flight and exit 0. ``--workers N``
+runs N such servers on one socket (``workers``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ DESCRIPTION = (
 # A CPU's cores serve one onnxruntime session best, in one process; a GPU takes larger batches, and
 # a server runs one process per GPU it sees. Batches form only from requests already waiting.
 DEFAULTS = {"cpu": {"max_batch_size": 8}, "cuda": {"max_batch_size": 32}}
+# A day: a request waits for the model no longer (an infinite --timeout would fail every request).
+MAX_TIMEOUT_S = 86_400
 BATCH_TIMEOUT_GONE = (
     "--batch_timeout is deprecated and has no effect (it goes in 1.3): a request no longer waits for "
     "company; those that arrive while the model is busy are batched, up to --max_batch_size."
@@ -104,21 +107,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         argparse.ArgumentParser(prog=f"{current().command} serve", description=DESCRIPTION)
     )
     args, rest = parser.parse_known_args(argv)
+    exporting = bool(args.config or args.ckpt_path)
     try:
-        if args.config or args.ckpt_path:  # the port taken first: it answers 503 while the export runs
-            device, settings = device_settings(args)
-            limits = check_settings(args, settings)
-            sock = bound(args.host, args.port)
-            with Exporting(sock):
-                folder = export_folder(args, rest)
-            spec = read_export(folder)
-        else:
+        device, settings = device_settings(args)
+        limits = check_settings(args, settings)
+        sock = bound(args.host, args.port) if exporting else None  # it answers 503 while exporting
+        with Exporting(sock) if sock else contextlib.nullcontext():
             folder = export_folder(args, rest)
-            spec = read_export(folder)
-            device, settings = device_settings(args)
-            limits = check_settings(args, settings)
-            sock = bound(args.host, args.port)
-        load_session(folder)  # a model onnxruntime cannot load is refused now, not by each worker
+        # The folder checked whole, its model run once, before the server listens (or, exporting,
+        # takes the socket over): a bad one is one line here, not a failure in each worker or request.
+        spec = read_export(folder)
+        load_session(folder)
+        sock = sock or bound(args.host, args.port)
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -231,8 +231,8 @@ def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
             raise ServeError(f"--{name} {value}: give a whole number of at least 1.")
     if args.max_new_tokens < 0:
         raise ServeError(f"--max_new_tokens {args.max_new_tokens}: give a whole number of at least 0.")
-    if not args.timeout > 0:
-        raise ServeError(f"--timeout {args.timeout}: give a number of seconds above 0.")
+    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # a longer one overflows the event loop's timer
+        raise ServeError(f"--timeout {args.timeout}: give seconds above 0, at most {MAX_TIMEOUT_S}.")
     if settings["workers"] > 1 and os.name == "nt":
         raise ServeError("--workers above 1 shares a socket between processes, which needs Linux or macOS.")
     return Limits(args.max_body_bytes, args.max_pixels, args.max_new_tokens)
