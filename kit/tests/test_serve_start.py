@@ -79,6 +79,10 @@ def test_a_missing_or_damaged_export_is_refused_at_start_in_one_line(make, said,
         (("--timeout=nan",), "--timeout nan: give seconds above 0, at most 86400"),
         (("--timeout=1e300",), "--timeout 1e+300: give seconds above 0, at most 86400"),
         (("--colour=blue",), "unknown option(s) --colour=blue"),
+        (
+            ("--port=http",),
+            "argument --port: invalid int value: 'http'; `python -m tinyproj serve --help` lists",
+        ),
     ],
 )
 def test_a_setting_no_server_runs_with_is_refused_in_one_line(flags, said, tmp_path, capsys):
@@ -96,8 +100,9 @@ def test_help_lists_serve(capsys):
     assert re.search(r"^\s+serve\s+Serve an export over HTTP: answers as predict does\.", said, re.M)
 
 
-def test_batch_timeout_is_taken_with_a_deprecation_warning(capsys):
-    args = serve.add_arguments(argparse.ArgumentParser()).parse_args(["x", "--batch_timeout=0.01"])
+@pytest.mark.parametrize("value", ["0.01", "inf", "nan", "-1"])
+def test_batch_timeout_is_taken_with_a_deprecation_warning(value, capsys):
+    args = serve.add_arguments(argparse.ArgumentParser()).parse_args(["x", f"--batch_timeout={value}"])
     assert serve.device_settings(args) == ("cpu", {"max_batch_size": 8, "workers": 1, "gpus": 0})
     err = capsys.readouterr().err
     assert err.startswith("warning: --batch_timeout is deprecated and has no effect") and err.count("\n") == 1
@@ -149,7 +154,7 @@ STEERING = {
 @pytest.mark.parametrize(("spec", "said"), STEERING.values(), ids=STEERING)
 def test_a_model_json_that_would_fail_every_request_is_refused_by_the_start_check(spec, said, tmp_path):
     folder = write_export(tmp_path / "export", spec)
-    with pytest.raises(ServeError, match=rf"^{re.escape(str(folder))}/{said}.*; export the checkpoint again"):
+    with pytest.raises(ServeError, match=rf"^{re.escape(str(folder))}/{said}.*export the checkpoint again"):
         read_export(folder)
         load_session(folder)
 
@@ -175,28 +180,31 @@ def test_a_model_onnx_that_names_any_other_file_is_refused(location, constant, t
         load_session(folder)
 
 
-def started(folder, *flags: str, cwd=None) -> tuple[int | None, list[str]]:
-    """``serve folder`` in a process of its own: its exit status and what it printed; None for the
-    status when it began serving instead (it is killed then)."""
-    command = [sys.executable, "-m", current().package, "serve", str(folder), f"--port={free_port()}", *flags]
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    while line := process.stdout.readline():
-        lines.append(line)
-        if line.startswith("Serving"):
-            process.kill()
-            process.wait()
-            return None, lines
-    return process.wait(timeout=60), lines
-
-
-@pytest.mark.parametrize("case", ["makefile", "resize-9x9"])
-def test_serve_refuses_a_steering_folder_in_one_line_exit_2_before_it_listens(case, tmp_path):
+def test_python_m_serve_refuses_a_model_naming_a_file_of_its_machine_in_one_line(tmp_path):
+    """The issue's start as a user types it, in a folder that holds a Makefile: ``serve`` of a
+    model.onnx whose weight is that Makefile exits 2 with one line, before it listens (it served the
+    Makefile's bytes before)."""
     (tmp_path / "Makefile").write_bytes(bytes(range(256)) * 11)
-    if case == "makefile":
-        model = classifier_onnx(location="Makefile")
-        folder = write_export(tmp_path / "export", model=model)
-    else:
-        folder = write_export(tmp_path / "export", STEERING[case][0])
-    code, printed = started(folder, cwd=tmp_path)
-    assert code == 2 and len(printed) == 1 and printed[0].startswith(f"error: {folder}/model."), printed
+    folder = write_export(tmp_path / "export", model=classifier_onnx(location="Makefile"))
+    command = [sys.executable, "-m", current().package, "serve", str(folder), f"--port={free_port()}"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    first = process.stdout.readline()  # its error, or "Serving ..." once it serves (then it is killed)
+    if first.startswith("Serving"):
+        process.kill()
+    rest = process.communicate(timeout=60)[0]
+    assert process.returncode == 2 and not rest, first + rest
+    assert first.startswith(f"error: {folder}/model.onnx: its tensor 'weight' keeps its data in another file")
+
+
+@pytest.mark.parametrize("case", ["resize-list", "nesting-100000"])
+def test_what_was_a_traceback_at_start_is_one_line_and_exit_2(case, tmp_path, capsys):
+    spec, said = STEERING[case]
+    folder = write_export(tmp_path / "export", spec)
+    with pytest.raises(SystemExit) as exit_info:
+        serve.main([str(folder)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and re.fullmatch(rf"error: {re.escape(str(folder))}/{said}.*\n", err), (
+        err
+    )

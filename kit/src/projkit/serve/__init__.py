@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from projkit.context import current
 from projkit.serve.model import IMAGE_TASK, ServeError, load_session, read_export
@@ -100,12 +101,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's refusal of what was typed (a flag without its value, a value of another type) in
+    one line, as every other refusal at start, rather than after the usage of every option."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}; `{self.prog} --help` lists the options.", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m <package> serve [EXPORT] [options]``, or with ``--config``/``--ckpt_path`` (any
     other flag goes to ``export`` then, written as ``--key=value``)."""
-    parser = add_arguments(
-        argparse.ArgumentParser(prog=f"{current().command} serve", description=DESCRIPTION)
-    )
+    parser = add_arguments(OneLineParser(prog=f"{current().command} serve", description=DESCRIPTION))
     args, rest = parser.parse_known_args(argv)
     exporting = bool(args.config or args.ckpt_path)
     try:
