@@ -205,6 +205,5 @@ def test_what_was_a_traceback_at_start_is_one_line_and_exit_2(case, tmp_path, ca
     with pytest.raises(SystemExit) as exit_info:
         serve.main([str(folder)])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and re.fullmatch(rf"error: {re.escape(str(folder))}/{said}.*\n", err), (
-        err
-    )
+    assert exit_info.value.code == 2, err
+    assert re.fullmatch(rf"error: {re.escape(str(folder))}/{said}.*\n", err), err
