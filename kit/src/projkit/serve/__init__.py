@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import socket
@@ -40,8 +41,6 @@ DESCRIPTION = (
 # A CPU's cores serve one onnxruntime session best, in one process; a GPU takes larger batches, and
 # a server runs one process per GPU it sees. Batches form only from requests already waiting.
 DEFAULTS = {"cpu": {"max_batch_size": 8}, "cuda": {"max_batch_size": 32}}
-# A day: a request waits for the model no longer (an infinite --timeout would fail every request).
-MAX_TIMEOUT_S = 86_400
 BATCH_TIMEOUT_GONE = (
     "--batch_timeout is deprecated and has no effect (it goes in 1.3): a request no longer waits for "
     "company; those that arrive while the model is busy are batched, up to --max_batch_size."
@@ -239,8 +238,8 @@ def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
             raise ServeError(f"--{name} {value}: give a whole number of at least 1.")
     if args.max_new_tokens < 0:
         raise ServeError(f"--max_new_tokens {args.max_new_tokens}: give a whole number of at least 0.")
-    if not 0 < args.timeout <= MAX_TIMEOUT_S:  # a longer one overflows the event loop's timer
-        raise ServeError(f"--timeout {args.timeout}: give seconds above 0, at most {MAX_TIMEOUT_S}.")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):  # /info says it, and JSON has no inf
+        raise ServeError(f"--timeout {args.timeout}: give a finite number of seconds above 0.")
     if settings["workers"] > 1 and os.name == "nt":
         raise ServeError("--workers above 1 shares a socket between processes, which needs Linux or macOS.")
     return Limits(args.max_body_bytes, args.max_pixels, args.max_new_tokens)
