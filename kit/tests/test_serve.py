@@ -4,7 +4,8 @@ and a good request still gets its answer after each (a seeded fuzzer of request 
 that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0, and a
 request after it on a kept-alive connection gets 503 with Connection: close; requests that wait
 for the model share a call, a lone one is a call of its own; ``--workers`` processes answer alike
-and end with a parent killed by kill -9, the port free. (test_serve_start.py: refusals at start.)"""
+and end with a parent killed by kill -9, the port free; a real export's model.json, mutated, serves
+or is refused at start in one line (test_serve_start.py: the other refusals at start)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import psutil
 import pytest
 from PIL import Image
 
+import bad_exports
 import bad_requests
 from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
 from conftest import main
@@ -86,6 +88,34 @@ def image_case(tmp_path_factory: pytest.TempPathFactory):
     server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *LIMITS, cwd=str(folder)).start()
     yield files, rows, server
     assert server.stop() == 0, server.output
+
+
+@pytest.fixture(scope="module")
+def image_export(image_case) -> Path:
+    """The folder that image_case's server exported before serving it."""
+    ckpt = next(arg for arg in image_case[2].command if arg.startswith("--ckpt_path="))
+    return Path(ckpt.partition("=")[2]).parent.parent / "export" / "last"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "tiny",
+        pytest.param("image_export", marks=pytest.mark.slow),
+        pytest.param("text_case", marks=pytest.mark.slow),
+    ],
+)
+def test_fuzz_model_json_either_serves_or_is_refused_in_one_line(case, request, tmp_path):
+    """An export's model.json, mutated (bad_exports.mutated): each start serves its request or is
+    refused in one line; never a traceback, a 5xx or a hang. ``tiny``: bad_exports' own 8x8
+    classifier, built in milliseconds, for the fast runs; then a real export of each task."""
+    if case == "tiny":
+        export = bad_exports.write_export(tmp_path / "tiny")
+    else:
+        export = request.getfixturevalue(case)
+        export = export[0] if case == "text_case" else export
+    seen = bad_exports.fuzz_starts(export, tmp_path, ROUNDS)
+    assert seen["refused"] >= ROUNDS // 4 and seen["served"] >= 1, seen
 
 
 @pytest.mark.slow

@@ -8,15 +8,17 @@ language model); ``GET /health`` answers 200 once a model is loaded (503 before)
 checkpoint first (in a process of its own, as ``export`` would) and serves that export.
 
 This module is dispatched before torch and Lightning are imported and imports neither: the server
-runs numpy, Pillow and onnxruntime only. The start is refused in one line (exit 2) for a missing or
-damaged export, a bad setting or a port in use; SIGTERM and Ctrl-C stop taking requests, answer
-those in flight and exit 0. ``--workers N`` runs N such servers on one socket (``workers``).
+runs numpy, Pillow, onnx and onnxruntime only. The start is refused in one line (exit 2) for a
+missing, damaged or inconsistent export (``folder`` checks it whole), a bad setting or a port in
+use; SIGTERM and Ctrl-C stop taking requests, answer those in flight and exit 0. ``--workers N``
+runs N such servers on one socket (``workers``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import socket
@@ -26,6 +28,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import NoReturn
 
 from projkit.context import current
 from projkit.serve.model import IMAGE_TASK, ServeError, load_session, read_export
@@ -97,28 +100,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's refusal of what was typed (a flag without its value, a value of another type) in
+    one line, as every other refusal at start, rather than after the usage of every option."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}; `{self.prog} --help` lists the options.", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m <package> serve [EXPORT] [options]``, or with ``--config``/``--ckpt_path`` (any
     other flag goes to ``export`` then, written as ``--key=value``)."""
-    parser = add_arguments(
-        argparse.ArgumentParser(prog=f"{current().command} serve", description=DESCRIPTION)
-    )
+    parser = add_arguments(OneLineParser(prog=f"{current().command} serve", description=DESCRIPTION))
     args, rest = parser.parse_known_args(argv)
+    exporting = bool(args.config or args.ckpt_path)
     try:
-        if args.config or args.ckpt_path:  # the port taken first: it answers 503 while the export runs
-            device, settings = device_settings(args)
-            limits = check_settings(args, settings)
-            sock = bound(args.host, args.port)
-            with Exporting(sock):
-                folder = export_folder(args, rest)
-            spec = read_export(folder)
-        else:
+        device, settings = device_settings(args)
+        limits = check_settings(args, settings)
+        sock = bound(args.host, args.port) if exporting else None  # it answers 503 while exporting
+        with Exporting(sock) if sock else contextlib.nullcontext():
             folder = export_folder(args, rest)
-            spec = read_export(folder)
-            device, settings = device_settings(args)
-            limits = check_settings(args, settings)
-            sock = bound(args.host, args.port)
-        load_session(folder)  # a model onnxruntime cannot load is refused now, not by each worker
+        # The folder checked whole, its model run once, before the server listens (or, exporting,
+        # takes the socket over): a bad one is one line here, not a failure in each worker or request.
+        spec = read_export(folder)
+        load_session(folder)
+        sock = sock or bound(args.host, args.port)
     except ServeError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -231,8 +238,8 @@ def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
             raise ServeError(f"--{name} {value}: give a whole number of at least 1.")
     if args.max_new_tokens < 0:
         raise ServeError(f"--max_new_tokens {args.max_new_tokens}: give a whole number of at least 0.")
-    if not args.timeout > 0:
-        raise ServeError(f"--timeout {args.timeout}: give a number of seconds above 0.")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):  # /info says it, and JSON has no inf
+        raise ServeError(f"--timeout {args.timeout}: give a finite number of seconds above 0.")
     if settings["workers"] > 1 and os.name == "nt":
         raise ServeError("--workers above 1 shares a socket between processes, which needs Linux or macOS.")
     return Limits(args.max_body_bytes, args.max_pixels, args.max_new_tokens)

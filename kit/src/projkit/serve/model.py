@@ -1,12 +1,12 @@
-"""An export folder as ``serve`` runs it: ``model.json`` read and checked, ``model.onnx`` in
+"""An export folder as ``serve`` runs it: checked whole (``folder``), ``model.onnx`` in
 onnxruntime, and the two kinds of answer (an image's classes, a prompt's continuation) computed from
 the logits as ``predict`` computes them. The benchmark calls the same classes in-process, without
-HTTP, for its baseline. numpy and onnxruntime only: no torch in the server's processes.
+HTTP, for its baseline. numpy, onnx (to read the model's declarations) and onnxruntime only: no
+torch in the server's processes.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -14,57 +14,31 @@ from typing import Any
 
 import numpy as np
 
-from projkit.preprocessing import Preprocessing
-
-IMAGE_TASK = "image classification"
-TEXT_TASK = "next-token prediction"
-# What each task's model.json must hold for serving, besides "task" and "input".
-NEEDS = {IMAGE_TASK: ("classes", "preprocessing"), TEXT_TASK: ("vocab",)}
-
-
-class ServeError(ValueError):
-    """A server that cannot start as asked: printed as one line, exit status 2."""
-
-
-def read_export(folder: Path) -> dict[str, Any]:
-    """``folder/model.json``, refused in one line when the folder, the file or a field that serving
-    needs is missing, or the file is no JSON; ``model.onnx`` must be there beside it."""
-    fix = "give the folder `export` wrote (it prints it: <run>/export/<checkpoint>/) or run export again"
-    if not folder.is_dir():
-        raise ServeError(f"{folder}: no such export folder; {fix}.")
-    for name in ("model.json", "model.onnx"):
-        if not (folder / name).exists() or (folder / name).is_dir():
-            raise ServeError(f"{folder}: no {name} in it, so it is no complete export; {fix}.")
-    try:
-        spec = json.loads((folder / "model.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ServeError(f"{folder / 'model.json'} is no valid JSON ({error}); {fix}.") from None
-    task = spec.get("task") if isinstance(spec, dict) else None
-    if task not in NEEDS:
-        raise ServeError(
-            f"{folder / 'model.json'}: task {task!r} is none this server answers ({', '.join(NEEDS)}); {fix}."
-        )
-    missing = [key for key in ("input", *NEEDS[task]) if key not in spec]
-    if missing:
-        raise ServeError(f"{folder / 'model.json'} lacks {', '.join(missing)}; {fix}.")
-    if task == IMAGE_TASK:
-        try:
-            Preprocessing.from_description(spec["preprocessing"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ServeError(
-                f"{folder / 'model.json'}: its preprocessing cannot be read ({error}); {fix}."
-            ) from None
-    return spec
+from projkit.serve.folder import (
+    IMAGE_TASK,
+    MAX_ONNX_BYTES,
+    ServeError,
+    check_model,
+    probe,
+    read_bounded,
+    read_export,
+)
 
 
 def load_session(folder: Path, device: str = "cpu", threads: int | None = None, spinning: bool = True) -> Any:
-    """``model.onnx`` in an onnxruntime session on ``device`` ("cpu", "cuda:<i>"), refused in one
-    line when onnxruntime cannot load it. The file is read here and handed over as bytes, so a model
+    """``model.onnx`` in an onnxruntime session on ``device`` ("cpu", "cuda:<i>"), once the export
+    is checked whole (``projkit.serve.folder``: model.json, then model.onnx against it) and the
+    model has run once on the largest input serving gives it; refused in one line otherwise. The
+    file is read once, here, and those bytes are what is checked and handed over, so a model
     arriving slowly (a network disk, a pipe) is read as it comes. Without ``spinning`` its threads
     sleep as soon as a call ends instead of spinning for the next one: a server's event loop needs
     those cores to read the next requests (on 2 cores, spinning halved the requests/s served)."""
     import onnxruntime
 
+    spec = read_export(folder)
+    path = folder / "model.onnx"
+    data = read_bounded(path, MAX_ONNX_BYTES)
+    check_model(data, spec, path)
     options = onnxruntime.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -75,15 +49,16 @@ def load_session(folder: Path, device: str = "cpu", threads: int | None = None, 
     if device.startswith("cuda"):
         index = int(device.partition(":")[2] or 0)
         providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
-    path = folder / "model.onnx"
     try:
-        return onnxruntime.InferenceSession(path.read_bytes(), options, providers=providers)
+        session = onnxruntime.InferenceSession(data, options, providers=providers)
     except Exception as error:  # onnxruntime raises its own exception classes for a bad file
         said = " ".join(str(error).split())[:200]
         raise ServeError(
             f"{path}: onnxruntime cannot load it ({type(error).__name__}: {said}); export the checkpoint "
             "again."
         ) from None
+    probe(session, spec, path)
+    return session
 
 
 def cpu_threads(workers: int) -> int:
