@@ -271,7 +271,13 @@ CASES: list[Case] = [
         "generation",
         "temperature -1",
         text("fit", "--model.init_args.temperature=-1"),
-        ("must be >= 0 (0: the most likely character)", "model.temperature"),
+        ("must be 0 (the most likely token each time) or a number from 0.0001 to 10000", "model.temperature"),
+    ),
+    Case(
+        "generation",
+        "temperature subnormal",
+        text("predict", "--allow_untrained=true", "--model.init_args.temperature=1e-320"),
+        ("must be 0 (the most likely token each time) or a number from 0.0001 to 10000", "got 1e-320"),
     ),
     Case(
         "generation",

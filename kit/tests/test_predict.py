@@ -178,6 +178,12 @@ def test_predict_on_a_folder_of_image_files(tiny_checkpoint, workdir):
             assert float(row["probability"]) == pytest.approx(float(expected["probability"]), abs=2e-6)
 
 
+def lab_tiff(path: Path) -> None:
+    """A TIFF in Pillow's LAB mode, which Pillow cannot convert to grey."""
+    pixels = np.random.default_rng(0).integers(0, 256, (6, 7, 3), dtype=np.uint8)
+    Image.merge("LAB", Image.fromarray(pixels, "RGB").split()).save(path, format="TIFF")
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
@@ -196,8 +202,14 @@ def test_predict_on_a_folder_of_image_files(tiny_checkpoint, workdir):
             r"file, not an image: move it out of the folder",
             marks=pytest.mark.slow,
         ),
+        pytest.param(
+            lambda folder: (folder.mkdir(), lab_tiff(folder / "lab.tif")),
+            r"data\.predict_path: 1 file\(s\) under 'mine' cannot be read as images: 'lab\.tif' is an image, "
+            r"but its mode LAB is one Pillow cannot convert to L \(grey\): save it as RGB or grey",
+            marks=pytest.mark.slow,
+        ),
     ],
-    ids=["missing", "empty", "unreadable"],
+    ids=["missing", "empty", "unreadable", "unconvertible"],
 )
 @pytest.mark.slow
 def test_a_bad_predict_folder_is_refused_before_predicting(make, message, workdir):

@@ -1,7 +1,8 @@
 """``projkit.preprocessing.Preprocessing``, the one statement of how a file becomes an image model's
 pixels: what ``model.json`` says of it (``describe``) is enough to repeat it byte for byte. A
 seeded fuzzer draws specs and files (sizes, modes, 16-bit grey) and compares the kit's pixels with
-an implementation written here from the description's words alone, as a deployment writes one."""
+an implementation written here from the description's words alone, as a deployment writes one.
+``predict``'s check of its files meets the serving fuzzer's decode files: each is read or named."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bad_requests import UNCONVERTIBLE, WRITTEN, cut_file, damaged_file, written_image
+from projkit.data.image_files import image_problem
 from projkit.preprocessing import FILTERS, Preprocessing
 
 CASES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "60"))
@@ -121,3 +124,28 @@ def test_stored_levels_and_sixteen_bit_grey():
 def test_a_spec_no_image_can_follow_is_refused(settings, message):
     with pytest.raises(ValueError, match=message):
         Preprocessing(**settings)
+
+
+def test_fuzz_predict_reads_a_decoded_file_or_names_its_problem(tmp_path):
+    """Files of the decode fuzzer (every format and mode Pillow writes there, whole; then cut and
+    damaged ones): ``image_problem``, which ``predict`` asks of each file before it reads any, names
+    the problem of each it cannot take (a mode it cannot convert to grey or RGB by name) and raises
+    on none, and each it passes, the preprocessing of grey and of RGB read."""
+    rng = random.Random(0)
+    path = tmp_path / "file"
+    for case in range(max(CASES, len(WRITTEN))):
+        if case < len(WRITTEN):
+            body, mode = written_image(rng, *WRITTEN[case]), WRITTEN[case][1]
+        else:
+            (body, _, _), _ = rng.choice([cut_file, damaged_file])(rng, b"")
+            mode = None
+        path.write_bytes(body)
+        problem = image_problem(path)
+        if mode in UNCONVERTIBLE:
+            assert problem and f"its mode {mode} is one Pillow cannot convert to L (grey)" in problem, problem
+        elif mode is not None:
+            assert problem is None, (WRITTEN[case], problem)
+        if problem is None:
+            for target in ("L", "RGB"):
+                with Image.open(path) as image:
+                    Preprocessing(target, size=(5, 3)).pixels(image)

@@ -1,6 +1,8 @@
 """`python -m tinyproj serve`: real servers on 127.0.0.1, asked over real HTTP. Their answers equal
 ``predict``'s for the same files and prompts; every kind of bad request gets a 4xx and its one line,
-and a good request still gets its answer after each (a seeded fuzzer of request kinds); a request
+and a good request still gets its answer after each (a seeded fuzzer of request kinds, numbers at
+their extremes and a decode fuzzer's files among them, never a 5xx); a request the model fails on
+fails alone, its batch-mates answered; a request
 that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0, and a
 request after it on a kept-alive connection gets 503 with Connection: close; requests that wait
 for the model share a call, a lone one is a call of its own; ``--workers`` processes answer alike
@@ -15,7 +17,6 @@ import json
 import os
 import random
 import re
-import shutil
 import socket
 import threading
 import time
@@ -33,6 +34,7 @@ from conftest import main
 from projkit.callbacks import PredictionFileWriter
 from projkit.preprocessing import Preprocessing
 from projkit.testing import TINY_FIT, ServedExport, config
+from served_models import SlowModel, poisoned_export
 
 CLASSIFY = ("--config", config("classify.yaml"))
 LM = ("--config", config("lm.yaml"))
@@ -178,14 +180,23 @@ def test_served_text_at_temperature_0_equals_predict(text_case):
     assert first == second and first[0] == 200, "a seed repeats a sampled text"
 
 
-def assert_refused(status: int, answer: object, expected: int, kind: str) -> None:
-    assert status == expected, (kind, status, answer)
-    assert isinstance(answer, dict) and isinstance(answer.get("detail"), str), (kind, answer)
+def assert_refused(status: int, answer: object, expected: int | tuple[int, ...], kind: str) -> None:
+    """A refusal's status (one of ``expected``) and its one line; where a 200 may be expected, a
+    well-formed answer (a class, or a continuation of the tokens asked for)."""
+    assert status in (expected if isinstance(expected, tuple) else (expected,)), (kind, status, answer)
+    assert isinstance(answer, dict), (kind, answer)
+    if status == 200:
+        assert "class" in answer or len(answer["completion"]) == answer["tokens"], (kind, answer)
+        return
+    assert isinstance(answer.get("detail"), str), (kind, answer)
     assert "\n" not in answer["detail"] and 10 < len(answer["detail"]) < 400, (kind, answer)
 
 
 @pytest.mark.slow
 def test_fuzz_bad_requests_get_a_4xx_line_and_the_server_keeps_answering(image_case, text_case):
+    """Every kind of bad request once, then ROUNDS drawn at random: numbers at their extremes, files
+    of a decode fuzzer, ... each answered in time by what its kind expects, never a 5xx, and a good
+    request after each still gets predict's answer."""
     files, rows, image_server = image_case
     good_file = files[2]
     good_image = good_file.read_bytes()
@@ -198,7 +209,10 @@ def test_fuzz_bad_requests_get_a_4xx_line_and_the_server_keeps_answering(image_c
     for round_ in range(max(ROUNDS, len(kinds))):
         name, kind, server, good = kinds[round_] if round_ < len(kinds) else rng.choice(kinds)
         (body, content_type, query), expected = kind(rng, good)
-        assert_refused(*server.post(body, content_type, query), expected, name)
+        status, answer = server.request(
+            "POST", f"/predict{query}", body, {"Content-Type": content_type}, timeout=20
+        )
+        assert_refused(status, answer, expected, f"{name}: {body[:60]!r} {query[:60]}")
         tried.add((server is image_server, name))
         if server is image_server:
             assert ask_image(server, good_file)["class"] == rows[good_file.name]["class"], name
@@ -227,37 +241,6 @@ def accepted_connections(server: ServedExport) -> int:
         for connection in process.net_connections("tcp")
         if connection.status == psutil.CONN_ESTABLISHED and connection.laddr.port == server.port
     )
-
-
-class SlowModel:
-    """A copy of ``export`` whose model.onnx is a pipe: the check at start reads it at once, the
-    server's model thread only once ``release`` is set, so requests wait for the model meanwhile."""
-
-    def __init__(self, export: Path, folder: Path) -> None:
-        self.folder = folder / "slow"
-        shutil.copytree(export, self.folder)
-        self.model = (self.folder / "model.onnx").read_bytes()
-        (self.folder / "model.onnx").unlink()
-        os.mkfifo(self.folder / "model.onnx")
-        self.release = threading.Event()
-        threading.Thread(target=self.feed, daemon=True).start()
-
-    def feed(self) -> None:
-        for turn in range(2):
-            if turn:
-                self.release.wait()
-            with open(self.folder / "model.onnx", "wb") as pipe:
-                pipe.write(self.model)
-
-    def listening(self, server: ServedExport) -> int:
-        """The status of the first ``/health`` the server answers (bounded by the request's own
-        timeout when it never listens)."""
-        while True:
-            try:
-                return server.request("GET", "/health", timeout=5)[0]
-            except OSError:
-                assert server.process.poll() is None, "the server stopped while its model loaded"
-                time.sleep(0.05)
 
 
 def asking(server: ServedExport, count: int, answers: list) -> list[threading.Thread]:
@@ -338,6 +321,46 @@ def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_re
     assert code == 0, server.output
     assert [(status, said.get("text")) for status, said in answers] == [(200, text)] * 3
     assert re.search(r"answered 3 requests in 1 model calls \(largest batch 3\)", server.output)
+
+
+@pytest.mark.slow
+def test_a_request_the_model_fails_on_fails_alone_and_its_batch_mates_are_answered(text_case, tmp_path):
+    """A request the model raises on, queued with three good ones while the model loads: the four
+    share one batch, the model raises on it, and the server runs them again a request at a time:
+    the poisoned one gets a 500 and its line, the others their continuations."""
+    export, _, _ = text_case
+    folder, poison = poisoned_export(export, tmp_path / "poisoned")
+    vocab = json.loads((folder / "model.json").read_text())["vocab"]
+    prompts = ["ROMEO:", "JULIET", "ROMEO" + poison, "RO"]
+    assert all(c in vocab for prompt in prompts for c in prompt) and poison not in "ROMEO:JULIET"
+    slow = SlowModel(folder, tmp_path)
+    server = ServedExport(str(slow.folder), "--max_batch_size=8").start(healthy=False)
+    answers: dict[str, tuple[int, dict]] = {}
+
+    def ask(prompt: str) -> None:
+        body = json.dumps({**GREEDY, "prompt": prompt}).encode()
+        answers[prompt] = server.post(body, "application/json")
+
+    threads = [threading.Thread(target=ask, args=(prompt,), daemon=True) for prompt in prompts]
+    try:
+        assert slow.listening(server) == 503
+        for thread in threads:
+            thread.start()
+        while server.request("GET", "/info")[1]["server"]["queued"] < len(prompts):
+            assert server.process.poll() is None and not answers
+            time.sleep(0.05)
+    finally:
+        code = drain(slow, server, threads)
+    assert code == 0, server.output
+    status, said = answers.pop("ROMEO" + poison)
+    assert status == 500 and said["detail"].startswith("the model failed on this request"), said
+    assert "\n" not in said["detail"]
+    for prompt, (status, said) in answers.items():
+        count = [
+            (vocab.index(prompt[-1]) + 1 + i) % (len(vocab) - 1) for i in range(GREEDY["max_new_tokens"])
+        ]
+        assert (status, said.get("text")) == (200, prompt + "".join(vocab[i] for i in count)), said
+    assert re.search(r"answered 4 requests in 5 model calls \(largest batch 4\)", server.output)
 
 
 @pytest.mark.slow

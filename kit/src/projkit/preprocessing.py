@@ -11,6 +11,7 @@ Pillow are imported here: the server's HTTP processes preprocess without torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,16 +20,41 @@ from PIL import Image
 
 FILTERS = ("nearest", "box", "bilinear", "hamming", "bicubic", "lanczos")
 MODES = ("L", "RGB")
+MODE_NAMES = {"L": "grey", "RGB": "colour"}
 
 
 def to_mode(image: Image.Image, mode: str) -> Image.Image:
     """``image`` as ``mode`` ("L" grey, "RGB"). 16-bit grey (Pillow's "I;16…" and "I") is first
     scaled to 8 bits (``round(v / 257)``): Pillow's own conversion clips it instead, which makes any
-    value from 255 up white. Always a new image, read in full: it outlives the file it came from."""
+    value from 255 up white. Always a new image, read in full: it outlives the file it came from. A
+    mode Pillow cannot convert to ``mode`` (LAB to grey) is a ValueError that says so, as
+    ``conversion_problem`` says it beforehand."""
     if image.mode.startswith("I"):
         scaled = np.asarray(image, np.float64) / 257
         image = Image.fromarray(np.clip(scaled.round(), 0, 255).astype(np.uint8))
-    return image.copy() if image.mode == mode else image.convert(mode)
+    image.load()  # a file's own errors (truncated, damaged) are raised as they are, not as a mode's
+    if image.mode == mode:
+        return image.copy()
+    try:
+        return image.convert(mode)
+    except ValueError:
+        raise ValueError(cannot_convert(image.mode, mode)) from None
+
+
+def conversion_problem(mode: str, targets: Sequence[str] = MODES) -> str | None:
+    """Why ``to_mode`` cannot turn an image of ``mode`` into each of ``targets``, or None: told by the
+    mode alone (one pixel of it converted), whatever the image's size. ``predict``'s check of its
+    files (``projkit.data.image_files.image_problem``) and ``serve``'s of a request both ask it."""
+    for target in targets:
+        try:
+            to_mode(Image.new(mode, (1, 1)), target)
+        except ValueError:  # Image.new's too: a mode Pillow decodes but cannot make
+            return cannot_convert(mode, target)
+    return None
+
+
+def cannot_convert(mode: str, target: str) -> str:
+    return f"its mode {mode} is one Pillow cannot convert to {target} ({MODE_NAMES[target]})"
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,8 @@ class ImageFiles(Dataset):
             with Image.open(path) as image:
                 image = to_mode(image, self.mode)
         except (OSError, ValueError) as error:  # changed since the check before the first step
-            raise ConfigError(
-                f"{self.field}: '{path}' {image_problem(Path(path)) or error}, since the run began."
-            ) from error
+            problem = image_problem(Path(path), (self.mode,)) or error
+            raise ConfigError(f"{self.field}: '{path}' {problem}, since the run began.") from error
         return self.transform(image), label
 
 
@@ -288,7 +287,8 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     def readable(self, found: dict[str, list[tuple[str, int]]]) -> dict[str, list[tuple[str, int]]]:
         """The samples, each file decoded once (``image_problems``): unreadable ones refused, all
         named, or with ``bad_files="skip"`` left out and counted."""
-        problems = image_problems([Path(path) for samples in found.values() for path, _ in samples])
+        paths = [Path(path) for samples in found.values() for path, _ in samples]
+        problems = image_problems(paths, (self.preprocessing.mode,))
         if problems and self.hparams.bad_files == "refuse":
             hint = " Or set --data.init_args.bad_files=skip to train without them."
             raise refused_images(problems, "data.root", self.root, hint)
@@ -343,7 +343,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         if "predict" in self.splits:
             return
         paths = predict_files(self.predict_path)
-        if problems := image_problems(paths):
+        if problems := image_problems(paths, (self.preprocessing.mode,)):
             if self.hparams.bad_files == "refuse":
                 hint = " Or set --data.init_args.bad_files=skip to predict on the others."
                 raise refused_images(problems, "data.predict_path", self.predict_path, hint)

@@ -139,7 +139,7 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
             return
         folder = self.predict_path
         paths = predict_files(folder)
-        if problems := image_problems(paths):
+        if problems := image_problems(paths, (self.preprocessing.mode,)):
             raise refused_images(problems, "data.predict_path", folder)
         images = torch.stack([self.read_image(path) for path in paths])
         # No labels: -1, as torchvision's STL10 marks its unlabelled images.

@@ -11,6 +11,7 @@ from projkit.checks.checkpoint import check_fits_model, read_weights
 from projkit.deploy import Deployable, token_model
 from projkit.errors import ConfigError
 from projkit.logger_media import log_texts
+from projkit.sampling import check_temperature
 from projkit.task import TaskModule
 from torch import nn
 from torch.nn import functional as F
@@ -78,7 +79,7 @@ class LanguageModel(TaskModule):
         # hyperparameters override the command line, so they stay out for `predict` to set.
         self.remove_ignored_hparams(["init_from", *GENERATION_SETTINGS])
         self.tokenizer = CharTokenizer(vocab)
-        check_generation(sample_tokens, num_samples, predict_tokens, temperature, top_k)
+        temperature = check_generation(sample_tokens, num_samples, predict_tokens, temperature, top_k)
         self.check_prompt(sample_prompt, "model.sample_prompt")
         self.sample_prompt = sample_prompt
         self.sample_tokens = sample_tokens
@@ -191,11 +192,12 @@ class LanguageModel(TaskModule):
     ) -> str:
         """The prompt followed by ``max_new_tokens`` sampled characters.
 
-        ``temperature`` 0 takes the most likely character each time; ``top_k`` samples among the
-        k most likely only. Sampling draws from torch's global RNG, so seeding it repeats a text.
+        ``temperature`` 0 takes the most likely character each time (any other must be in
+        ``projkit.sampling``'s range, which keeps logits / temperature finite); ``top_k`` samples
+        among the k most likely only. Sampling draws from torch's global RNG, so seeding it repeats
+        a text.
         """
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        temperature = check_temperature(temperature)
         self.check_prompt(prompt)
         idx = self.tokenizer.encode(prompt).to(self.device).unsqueeze(0)
         block_size = self.net.block_size
@@ -265,8 +267,10 @@ class LanguageModel(TaskModule):
 
 def check_generation(
     sample_tokens: int, num_samples: int, predict_tokens: int, temperature: float, top_k: int | None
-) -> None:
-    """Refuse generation settings that would fail only when the first sample is drawn."""
+) -> float:
+    """Refuse generation settings that would fail only when the first sample is drawn; the
+    temperature, checked by the kit's rule (``projkit.sampling``: 0, or a number the division of
+    logits by it keeps finite)."""
     for name, value in (
         ("sample_tokens", sample_tokens),
         ("num_samples", num_samples),
@@ -274,10 +278,9 @@ def check_generation(
     ):
         if value < 0:
             raise ValueError(f"model.{name} must be >= 0, got {value}")
-    if temperature < 0:
-        raise ValueError(f"model.temperature must be >= 0 (0: the most likely character), got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"model.top_k must be a positive integer or null (no cut), got {top_k}")
+    return check_temperature(temperature, "model.temperature")
 
 
 def check_same_vocab(checkpoint_vocab: str, data_vocab: str) -> None:

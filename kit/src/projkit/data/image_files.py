@@ -13,6 +13,7 @@ from PIL import Image, UnidentifiedImageError
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from projkit.errors import ConfigError
+from projkit.preprocessing import MODES, conversion_problem
 
 
 def predict_files(folder: Path) -> list[Path]:
@@ -51,13 +52,14 @@ SIGNATURES = {
 LISTED_BAD_FILES = 20
 
 
-def image_problems(paths: Sequence[Path]) -> dict[Path, str]:
-    """Each path that is no readable image, with what is wrong with it and its fix (``image_problem``).
+def image_problems(paths: Sequence[Path], modes: Sequence[str] = MODES) -> dict[Path, str]:
+    """Each path that is no readable image, with what is wrong with it and its fix (``image_problem``;
+    ``modes``: those the files are converted to, the data's ``Preprocessing.mode``).
 
     Every file is decoded once, so that a bad one is found before the first step rather than
     stopping training partway, and all are named at once rather than one per run."""
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # Pillow decodes without the GIL
-        found = pool.map(image_problem, paths)
+        found = pool.map(image_problem, paths, [modes] * len(paths))
     return {path: problem for path, problem in zip(paths, found, strict=True) if problem is not None}
 
 
@@ -75,11 +77,12 @@ def _relative(path: Path, root: Path) -> Path:
     return path.relative_to(root) if path.is_relative_to(root) else path
 
 
-def image_problem(path: Path) -> str | None:
+def image_problem(path: Path, modes: Sequence[str] = MODES) -> str | None:
     """What keeps ``path`` from being read as an image, with the fix that suits it, or None when
-    Pillow reads it whole: every byte is read, since a truncated file has an intact header. A PNG
-    is verified (each chunk's CRC, through its end chunk), anything else decoded (a JPEG at an
-    eighth of its size, which reads all of its data all the same)."""
+    Pillow reads it whole and can convert it to each of ``modes`` (by default both grey and RGB, as
+    a data module's ``Preprocessing.mode`` may be either). Every byte is read, since a truncated
+    file has an intact header: a PNG is verified (each chunk's CRC, through its end chunk), anything
+    else decoded (a JPEG at an eighth of its size, which reads all of its data all the same)."""
     try:
         if path.is_symlink() and not path.exists():
             return f"is a link to nothing ('{os.readlink(path)}'): fix or delete the link"
@@ -94,11 +97,13 @@ def image_problem(path: Path) -> str | None:
             else:
                 image.draft(image.mode, (1, 1))
                 image.load()
+            unconvertible = conversion_problem(image.mode, modes)
     except UnidentifiedImageError:
         return not_an_image(path)
     except PermissionError as error:
         return f"cannot be read ({error.strerror}): fix its permissions"
-    except (OSError, SyntaxError, ValueError, EOFError) as error:  # Pillow's decoders' complaints
+    except Exception as error:  # Pillow's decoders raise OSError, SyntaxError, ValueError, EOFError,
+        # NotImplementedError, DecompressionBombError, ... for a broken file: all of them its fault
         said = str(error).splitlines()[0] if str(error) else type(error).__name__
         if "truncated" in said.lower() or isinstance(error, EOFError):
             return (
@@ -106,6 +111,11 @@ def image_problem(path: Path) -> str | None:
                 "Copy it again, or delete it"
             )
         return f"is damaged (Pillow: {said}): export it again, or delete it"
+    if unconvertible:
+        return (
+            f"is an image, but {unconvertible}: save it as RGB or grey (PNG, JPEG), or move it out of "
+            "the folder"
+        )
     return None
 
 

@@ -3,8 +3,10 @@
 One thread loads the export and then answers from a queue: each time it is free it takes every
 request queued meanwhile, up to ``max_batch_size``, and runs them as one call. A lone request is a
 batch of one at once (no timeout waits for company); under load the requests that piled up during
-the previous call share the next one, which is where batching pays. onnxruntime runs outside the
-GIL, so the event loop keeps reading and preparing requests while the model computes.
+the previous call share the next one, which is where batching pays. A batch the model raises on
+is run again a request at a time, so that a request it fails on fails alone (500) and the others
+are answered. onnxruntime runs outside the GIL, so the event loop keeps reading and preparing
+requests while the model computes.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from typing import Any
 
 # A request's place in the queue: what the model answers, the future its answer settles, its loop.
 Entry = tuple[Any, asyncio.Future, asyncio.AbstractEventLoop]
+# What the model made of one request: its answer, or the exception it raised on it.
+Outcome = tuple[Any, Exception | None]
 
 
 class ModelThread:
     """The model, loaded and run in a thread of its own; ``answer`` queues a prepared request and
     awaits its answer. ``counts`` says how many requests and model calls (batches) there have been,
-    for ``/info``: under load the calls are fewer than the requests."""
+    for ``/info``: under load the calls are fewer than the requests (a batch the model failed on is
+    run again a request at a time, each a call)."""
 
     def __init__(self, load: Callable[[], Any], max_batch_size: int) -> None:
         self.max_batch_size = max_batch_size
@@ -43,7 +48,7 @@ class ModelThread:
 
     async def answer(self, request: Any, timeout: float) -> Any:
         """The model's answer to ``request``; TimeoutError after ``timeout`` seconds (its entry is
-        then skipped, or its answer dropped), the model's exception if it raised on the batch."""
+        then skipped, or its answer dropped), the model's exception if it raised on this request."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.queue.put((request, future, loop))
@@ -91,18 +96,25 @@ class ModelThread:
         batch = [entry for entry in batch if not entry[1].done()]  # a timed-out request is not run
         if not batch:
             return
-        answers, error = None, None
+        outcomes = self.outcomes(model, [request for request, _, _ in batch])
+        self.counts["requests"] += len(batch)
+        self.counts["largest_batch"] = max(self.counts["largest_batch"], len(batch))
+        loop = batch[0][2]
+        loop.call_soon_threadsafe(settle, [future for _, future, _ in batch], outcomes)
+
+    def outcomes(self, model: Any, requests: list[Any]) -> list[Outcome]:
+        """Each request's answer, or the exception the model raised on it: the requests in one call,
+        and when that call raises, each in a call of its own, so that a request the model fails on
+        fails alone and its batch-mates are answered (at the cost of a call each, only then)."""
+        self.counts["batches"] += 1
         try:
             if model is None:
                 raise RuntimeError(self.failure)
-            answers = model.answers([request for request, _, _ in batch])
-        except Exception as raised:  # every request of the batch is told, the thread goes on
-            error = raised
-        self.counts["requests"] += len(batch)
-        self.counts["batches"] += 1
-        self.counts["largest_batch"] = max(self.counts["largest_batch"], len(batch))
-        loop = batch[0][2]
-        loop.call_soon_threadsafe(settle, [future for _, future, _ in batch], answers, error)
+            return [(answer, None) for answer in model.answers(requests)]
+        except Exception as error:  # told to the request(s) it failed, the thread goes on
+            if model is None or len(requests) == 1:
+                return [(None, error)] * len(requests)
+        return [self.outcomes(model, [request])[0] for request in requests]
 
 
 def expire(future: asyncio.Future) -> None:
@@ -110,13 +122,13 @@ def expire(future: asyncio.Future) -> None:
         future.set_exception(asyncio.TimeoutError())
 
 
-def settle(futures: list[asyncio.Future], answers: list[Any] | None, error: Exception | None) -> None:
-    """In the event loop: each future gets its answer, or the batch's error; one that timed out
-    meanwhile is left as it is."""
-    for index, future in enumerate(futures):
+def settle(futures: list[asyncio.Future], outcomes: list[Outcome]) -> None:
+    """In the event loop: each future gets its answer or its error; one that timed out meanwhile is
+    left as it is."""
+    for future, (answer, error) in zip(futures, outcomes, strict=True):
         if future.done():
             continue
         if error is not None:
             future.set_exception(error)
         else:
-            future.set_result(answers[index])
+            future.set_result(answer)

@@ -131,13 +131,19 @@ class Generator:
     def next_token(
         logits: np.ndarray, temperature: float, top_k: int | None, rng: np.random.Generator
     ) -> int:
+        """The next token for ``logits``. The largest logit is subtracted before the division by the
+        temperature, as docs/export.md's example does: the quotients are then at most 0, so none
+        overflows (the requests' checks keep the temperature in projkit.sampling's range besides).
+        A model whose logits are not finite fails the request that met them, not a wrong token."""
+        if not np.isfinite(logits).all():
+            raise ValueError("the model's logits for this prompt are not finite (NaN or infinite)")
         if temperature == 0:
             return int(logits.argmax())
-        logits = logits / temperature
-        if top_k is not None and top_k < len(logits):
-            kth = np.partition(logits, -top_k)[-top_k]
-            logits = np.where(logits < kth, -math.inf, logits)
-        probs = np.exp(logits - logits.max())
+        scaled = (logits - logits.max()) / temperature
+        if top_k is not None and top_k < len(scaled):
+            kth = np.partition(scaled, -top_k)[-top_k]
+            scaled = np.where(scaled < kth, -math.inf, scaled)
+        probs = np.exp(scaled)
         return int(rng.choice(len(probs), p=probs / probs.sum()))
 
 

@@ -76,15 +76,15 @@ class Endpoints:
             Route("/info", self.info, methods=["GET"]),
         ]
 
-    def prepare(self, body: bytes, content_type: str, query: dict[str, str]) -> dict[str, Any]:
+    def prepare(self, body: bytes, content_type: str, query: list[tuple[str, str]]) -> dict[str, Any]:
         if self.image:
             return image_request(body, content_type, query, self.preprocessing, self.classes, self.limits)
-        return generation_request(body, content_type, self.spec["vocab"], self.limits)
+        return generation_request(body, content_type, self.spec["vocab"], self.limits, query)
 
     async def predict(self, request: Request) -> Response:
         try:
             body = await read_body(request, self.limits.max_body_bytes)
-            asked = (body, request.headers.get("content-type", ""), dict(request.query_params))
+            asked = (body, request.headers.get("content-type", ""), request.query_params.multi_items())
             if len(body) <= INLINE_BODY_BYTES:
                 prepared = self.prepare(*asked)
             else:
