@@ -3,8 +3,9 @@
 and a good request still gets its answer after each (a seeded fuzzer of request kinds); a request
 that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0, and a
 request after it on a kept-alive connection gets 503 with Connection: close; requests that wait
-for the model share a call, a lone one is a call of its own; ``--workers`` processes answer alike
-and end with a parent killed by kill -9, the port free. (test_serve_start.py: refusals at start.)"""
+for the model share a call, a lone one is a call of its own; a client that sends slowly or endlessly
+is refused alone; ``--workers`` processes answer alike, one killed by kill -9 is started again, and
+they end with a parent killed by kill -9, the port free. (test_serve_start.py: refusals at start.)"""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from PIL import Image
 import bad_requests
 from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
 from conftest import main
+from held_connections import READ_TIMEOUT, killed_in_a_request, misbehaving, replaced
 from projkit.callbacks import PredictionFileWriter
 from projkit.preprocessing import Preprocessing
 from projkit.testing import TINY_FIT, ServedExport, config
@@ -83,7 +85,8 @@ def image_case(tmp_path_factory: pytest.TempPathFactory):
             rows = {row["file"]: row for row in csv.DictReader(f)}
     finally:
         os.chdir(here)
-    server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *LIMITS, cwd=str(folder)).start()
+    flags = (*LIMITS, f"--read_timeout={READ_TIMEOUT}")
+    server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *flags, cwd=str(folder)).start()
     yield files, rows, server
     assert server.stop() == 0, server.output
 
@@ -93,6 +96,29 @@ def test_health_answers_503_while_serve_exports_the_checkpoint(image_case):
     the model is loaded, not a refused connection."""
     _, _, server = image_case
     assert 503 in server.health_seen and server.health_seen[-1] == 200
+
+
+def test_a_client_that_sends_slowly_or_endlessly_is_refused_alone(image_case):
+    """Four clients at once: an endless header is refused (431) at once, a head or a body cut short
+    (408) and a connection that sends nothing (closed) after --read_timeout, while good requests
+    are answered. A large header sent whole is told so too."""
+    files, rows, server = image_case
+    threads, said = misbehaving(server.port)
+    answered = []
+    while any(thread.is_alive() for thread in threads):
+        answered.append(ask_image(server, files[2])["class"])
+    assert answered.count(rows[files[2].name]["class"]) == len(answered) > 10 and len(said) == 4, said
+    (status, answer), after = said.pop("endless header")
+    assert_refused(status, answer, 431, "endless header")
+    assert after < READ_TIMEOUT / 2 and "over 65536 bytes" in answer["detail"]
+    for name, ((status, answer), after) in said.items():
+        assert READ_TIMEOUT - 0.1 < after < READ_TIMEOUT + 3, (name, after)
+        if name != "nothing":
+            assert_refused(status, answer, 408, name)
+            assert f"--read_timeout {READ_TIMEOUT:g} s" in answer["detail"], answer
+    assert said["nothing"][0] == (None, None), "closed with no answer"
+    status, answer = server.request("GET", "/health", headers={"X-Large": "a" * 100_000})
+    assert_refused(status, answer, 431, "a header too large, sent whole")
 
 
 @pytest.fixture(scope="module")
@@ -341,17 +367,23 @@ def server_processes(server: ServedExport) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-def test_workers_answer_and_drain_and_end_with_a_killed_parent(text_case):
-    """``--workers 2``: two processes on one socket, each answering as predict; SIGTERM drains both
-    and exits 0. A second such server's parent killed by kill -9 leaves no worker and no port."""
+def test_workers_answer_drain_restart_a_killed_one_and_end_with_a_killed_parent(text_case):
+    """``--workers 2``: two processes on one socket, each answering as predict. One killed by kill -9
+    in a request closes that connection (no client left waiting) and is started again, the port
+    answering throughout; SIGTERM drains both, exit 0. A second such server's parent killed by
+    kill -9 leaves no worker and no port."""
     export, text, _ = text_case
     body = json.dumps(GREEDY).encode()
     with ServedExport(str(export), "--workers=2") as server:
         assert len(server_processes(server)) == 3
+        killed, raised, after = killed_in_a_request(server.port)
+        assert isinstance(raised, ConnectionError) and after < 5, (raised, after)
         for _ in range(4):
             status, answer = server.post(body, "application/json")
             assert status == 200 and answer["text"] == text
+        assert killed not in replaced(server.process.pid, killed, workers=2)
     assert server.process.returncode == 0 and "Server stopped." in server.output, server.output
+    assert f"Worker {killed} was killed by SIGKILL: starting another on the same port." in server.output
     server = ServedExport(str(export), "--workers=2").start()
     try:
         workers = server_processes(server)[1:]

@@ -1,17 +1,20 @@
 """`python -m tinyproj serve` refused at start: a missing or damaged export, or a setting no server
-runs with, in one line and exit 2; a deprecated flag still taken, with a warning."""
+runs with, in one line and exit 2; a deprecated flag still taken, with a warning; a server that other
+machines can reach warned, in one line, that it has no authentication."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import socket
 
 import pytest
 
 from conftest import main
 from projkit import serve
 from projkit.preprocessing import Preprocessing
+from projkit.serve.workers import exposure
 
 
 @pytest.mark.parametrize(
@@ -68,6 +71,7 @@ def test_a_missing_or_damaged_export_is_refused_at_start_in_one_line(make, said,
         (("--max_batch_size=0",), "--max_batch_size 0: give a whole number of at least 1"),
         (("--workers=0",), "--workers 0: give a whole number of at least 1"),
         (("--timeout=0",), "--timeout 0.0: give a number of seconds above 0"),
+        (("--read_timeout=-1",), "--read_timeout -1.0: give a number of seconds above 0"),
         (("--colour=blue",), "unknown option(s) --colour=blue"),
     ],
 )
@@ -95,3 +99,15 @@ def test_batch_timeout_is_taken_with_a_deprecation_warning(capsys):
     assert serve.device_settings(args) == ("cpu", {"max_batch_size": 8, "workers": 1, "gpus": 0})
     err = capsys.readouterr().err
     assert err.startswith("warning: --batch_timeout is deprecated and has no effect") and err.count("\n") == 1
+
+
+def test_a_server_other_machines_reach_is_warned_it_has_no_authentication():
+    """Sockets as ``serve`` binds them (bound, not listening here): beyond the loopback, the line
+    ``serve`` prints to stderr before it serves; on the loopback, none."""
+    with socket.socket() as everywhere, socket.socket() as loopback:
+        everywhere.bind(("0.0.0.0", 0))
+        loopback.bind(("127.0.0.1", 0))
+        said, unsaid = exposure(everywhere), exposure(loopback)
+    assert unsaid is None
+    assert said.startswith("warning: the server listens on 0.0.0.0 port ") and "\n" not in said
+    assert "no authentication" in said and "--host 127.0.0.1" in said and "reverse proxy" in said
