@@ -12,6 +12,7 @@ import io
 import json
 import random
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
@@ -259,3 +260,31 @@ TEXT_KINDS: dict[str, Kind] = {
     ),
     "a query parameter": lambda rng, good: ((good, "application/json", "?temperature=0"), 400),
 }
+
+
+def assert_refused(status: int, answer: object, expected: int | tuple[int, ...], kind: str) -> None:
+    """A refusal's status (one of ``expected``) and its one line; where a 200 may be expected, a
+    well-formed answer (a class, or a continuation of the tokens asked for)."""
+    assert status in (expected if isinstance(expected, tuple) else (expected,)), (kind, status, answer)
+    assert isinstance(answer, dict), (kind, answer)
+    if status == 200:
+        assert "class" in answer or len(answer["completion"]) == answer["tokens"], (kind, answer)
+        return
+    assert isinstance(answer.get("detail"), str), (kind, answer)
+    assert "\n" not in answer["detail"] and 10 < len(answer["detail"]) < 400, (kind, answer)
+
+
+def files_of_every_shape(folder: Path) -> list[Path]:
+    """Image files as users have them: non-square, larger and smaller, grey, RGB, RGBA, 16-bit."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i, (width, height, mode) in enumerate(
+        [(4, 4, "L"), (9, 5, "L"), (5, 13, "RGB"), (40, 31, "RGBA"), (3, 2, "L"), (17, 17, "I;16")]
+    ):
+        if mode == "I;16":
+            image = Image.fromarray(rng.integers(0, 65536, (height, width), dtype=np.uint16))
+        else:
+            channels = {"L": (), "RGB": (3,), "RGBA": (4,)}[mode]
+            image = Image.fromarray(rng.integers(0, 256, (height, width, *channels), dtype=np.uint8), mode)
+        image.save(folder / f"file{i}.png")
+    return sorted(folder.iterdir())

@@ -12,9 +12,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 from onnx import TensorProto, helper, numpy_helper
 
 from projkit.testing import ServedExport
+
+# A prompt the language model continues the same way every time.
+GREEDY = {"prompt": "ROMEO:", "max_new_tokens": 8, "temperature": 0}
 
 
 class SlowModel:
@@ -68,3 +72,39 @@ def poisoned_export(export: Path, folder: Path) -> tuple[Path, str]:
     shutil.copytree(export, folder)
     (folder / "model.onnx").write_bytes(model.SerializeToString())
     return folder, spec["vocab"][-1]
+
+
+def server_processes(server: ServedExport) -> list[psutil.Process]:
+    parent = psutil.Process(server.process.pid)
+    return [parent, *parent.children(recursive=True)]
+
+
+def accepted_connections(server: ServedExport) -> int:
+    """Connections the server's processes hold to its port: requests taken in, not merely queued
+    by the kernel."""
+    return sum(
+        1
+        for process in server_processes(server)
+        for connection in process.net_connections("tcp")
+        if connection.status == psutil.CONN_ESTABLISHED and connection.laddr.port == server.port
+    )
+
+
+def asking(server: ServedExport, count: int, answers: list) -> list[threading.Thread]:
+    """``count`` threads, started, each posting GREEDY's prompt once into ``answers``."""
+    body = json.dumps(GREEDY).encode()
+    threads = [
+        threading.Thread(target=lambda: answers.append(server.post(body, "application/json")), daemon=True)
+        for _ in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def drain(slow: SlowModel, server: ServedExport, threads: list[threading.Thread]) -> int:
+    """Let the model in, wait for the requests' answers, stop the server: its exit code."""
+    slow.release.set()
+    for thread in threads:
+        thread.join(60)
+    return server.stop()

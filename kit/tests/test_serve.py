@@ -5,8 +5,9 @@ their extremes and a decode fuzzer's files among them, never a 5xx); a request t
 fails alone, its batch-mates answered; a request
 that arrives while the model loads waits, SIGTERM drains what is in flight and exits 0, and a
 request after it on a kept-alive connection gets 503 with Connection: close; requests that wait
-for the model share a call, a lone one is a call of its own; ``--workers`` processes answer alike
-and end with a parent killed by kill -9, the port free; a real export's model.json, mutated, serves
+for the model share a call, a lone one is a call of its own; a client that sends slowly or endlessly
+is refused alone; ``--workers`` processes answer alike, one killed by kill -9 is started again, and
+they end with a parent killed by kill -9, the port free; a real export's model.json, mutated, serves
 or is refused at start in one line (test_serve_start.py: the other refusals at start)."""
 
 from __future__ import annotations
@@ -22,25 +23,31 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
-from PIL import Image
 
 import bad_exports
 import bad_requests
-from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS
+from bad_requests import IMAGE_KINDS, LIMITS, TEXT_KINDS, assert_refused, files_of_every_shape
 from conftest import main
+from held_connections import READ_TIMEOUT, killed_in_a_request, misbehaving, replaced
 from projkit.callbacks import PredictionFileWriter
 from projkit.preprocessing import Preprocessing
 from projkit.testing import TINY_FIT, ServedExport, config
-from served_models import SlowModel, poisoned_export
+from served_models import (
+    GREEDY,
+    SlowModel,
+    accepted_connections,
+    asking,
+    drain,
+    poisoned_export,
+    server_processes,
+)
 
 CLASSIFY = ("--config", config("classify.yaml"))
 LM = ("--config", config("lm.yaml"))
 QUIET = ("--trainer.enable_progress_bar=false",)
 ROUNDS = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "40"))
-GREEDY = {"prompt": "ROMEO:", "max_new_tokens": 8, "temperature": 0}
 
 
 def fitted(folder: Path, *args: str) -> Path:
@@ -53,22 +60,6 @@ def fitted(folder: Path, *args: str) -> Path:
 def written(cli) -> Path:
     (writer,) = [c for c in cli.trainer.callbacks if isinstance(c, PredictionFileWriter)]
     return writer.path
-
-
-def files_of_every_shape(folder: Path) -> list[Path]:
-    """Image files as users have them: non-square, larger and smaller, grey, RGB, RGBA, 16-bit."""
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(1)
-    for i, (width, height, mode) in enumerate(
-        [(4, 4, "L"), (9, 5, "L"), (5, 13, "RGB"), (40, 31, "RGBA"), (3, 2, "L"), (17, 17, "I;16")]
-    ):
-        if mode == "I;16":
-            image = Image.fromarray(rng.integers(0, 65536, (height, width), dtype=np.uint16))
-        else:
-            channels = {"L": (), "RGB": (3,), "RGBA": (4,)}[mode]
-            image = Image.fromarray(rng.integers(0, 256, (height, width, *channels), dtype=np.uint8), mode)
-        image.save(folder / f"file{i}.png")
-    return sorted(folder.iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +78,8 @@ def image_case(tmp_path_factory: pytest.TempPathFactory):
             rows = {row["file"]: row for row in csv.DictReader(f)}
     finally:
         os.chdir(here)
-    server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *LIMITS, cwd=str(folder)).start()
+    flags = (*LIMITS, f"--read_timeout={READ_TIMEOUT}")
+    server = ServedExport(*CLASSIFY, f"--ckpt_path={ckpt}", *flags, cwd=str(folder)).start()
     yield files, rows, server
     assert server.stop() == 0, server.output
 
@@ -126,6 +118,30 @@ def test_health_answers_503_while_serve_exports_the_checkpoint(image_case):
     the model is loaded, not a refused connection."""
     _, _, server = image_case
     assert 503 in server.health_seen and server.health_seen[-1] == 200
+
+
+@pytest.mark.slow
+def test_a_client_that_sends_slowly_or_endlessly_is_refused_alone(image_case):
+    """Four clients at once: an endless header is refused (431) at once, a head or a body cut short
+    (408) and a connection that sends nothing (closed) after --read_timeout, while good requests
+    are answered. A large header sent whole is told so too."""
+    files, rows, server = image_case
+    threads, said = misbehaving(server.port)
+    answered = []
+    while any(thread.is_alive() for thread in threads):
+        answered.append(ask_image(server, files[2])["class"])
+    assert answered.count(rows[files[2].name]["class"]) == len(answered) > 10 and len(said) == 4, said
+    (status, answer), after = said.pop("endless header")
+    assert_refused(status, answer, 431, "endless header")
+    assert after < READ_TIMEOUT / 2 and "over 65536 bytes" in answer["detail"]
+    for name, ((status, answer), after) in said.items():
+        assert READ_TIMEOUT - 0.1 < after < READ_TIMEOUT + 3, (name, after)
+        if name != "nothing":
+            assert_refused(status, answer, 408, name)
+            assert f"--read_timeout {READ_TIMEOUT:g} s" in answer["detail"], answer
+    assert said["nothing"][0] == (None, None), "closed with no answer"
+    status, answer = server.request("GET", "/health", headers={"X-Large": "a" * 100_000})
+    assert_refused(status, answer, 431, "a header too large, sent whole")
 
 
 @pytest.fixture(scope="module")
@@ -180,18 +196,6 @@ def test_served_text_at_temperature_0_equals_predict(text_case):
     assert first == second and first[0] == 200, "a seed repeats a sampled text"
 
 
-def assert_refused(status: int, answer: object, expected: int | tuple[int, ...], kind: str) -> None:
-    """A refusal's status (one of ``expected``) and its one line; where a 200 may be expected, a
-    well-formed answer (a class, or a continuation of the tokens asked for)."""
-    assert status in (expected if isinstance(expected, tuple) else (expected,)), (kind, status, answer)
-    assert isinstance(answer, dict), (kind, answer)
-    if status == 200:
-        assert "class" in answer or len(answer["completion"]) == answer["tokens"], (kind, answer)
-        return
-    assert isinstance(answer.get("detail"), str), (kind, answer)
-    assert "\n" not in answer["detail"] and 10 < len(answer["detail"]) < 400, (kind, answer)
-
-
 @pytest.mark.slow
 def test_fuzz_bad_requests_get_a_4xx_line_and_the_server_keeps_answering(image_case, text_case):
     """Every kind of bad request once, then ROUNDS drawn at random: numbers at their extremes, files
@@ -226,41 +230,6 @@ def test_fuzz_bad_requests_get_a_4xx_line_and_the_server_keeps_answering(image_c
     assert re.search(r"2000x2000, 4000000 pixels, over this server's --max_pixels 1000000", said)
     said = text_server.post(bad_requests.generation(prompt="ROMEO€"), "application/json")[1]["detail"]
     assert "characters '€' are not in the model's vocabulary" in said
-
-
-def accepted_connections(server: ServedExport) -> int:
-    """Connections the server's processes hold to its port: requests taken in, not merely queued
-    by the kernel."""
-    processes = [
-        psutil.Process(server.process.pid),
-        *psutil.Process(server.process.pid).children(recursive=True),
-    ]
-    return sum(
-        1
-        for process in processes
-        for connection in process.net_connections("tcp")
-        if connection.status == psutil.CONN_ESTABLISHED and connection.laddr.port == server.port
-    )
-
-
-def asking(server: ServedExport, count: int, answers: list) -> list[threading.Thread]:
-    """``count`` threads, started, each posting GREEDY's prompt once into ``answers``."""
-    body = json.dumps(GREEDY).encode()
-    threads = [
-        threading.Thread(target=lambda: answers.append(server.post(body, "application/json")), daemon=True)
-        for _ in range(count)
-    ]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-def drain(slow: SlowModel, server: ServedExport, threads: list[threading.Thread]) -> int:
-    """Let the model in, wait for the requests' answers, stop the server: its exit code."""
-    slow.release.set()
-    for thread in threads:
-        thread.join(60)
-    return server.stop()
 
 
 @pytest.mark.slow
@@ -389,23 +358,24 @@ def test_a_lone_request_is_a_batch_of_one(image_case):
     assert (after["requests"] - before["requests"], after["batches"] - before["batches"]) == (5, 5)
 
 
-def server_processes(server: ServedExport) -> list[psutil.Process]:
-    parent = psutil.Process(server.process.pid)
-    return [parent, *parent.children(recursive=True)]
-
-
 @pytest.mark.slow
-def test_workers_answer_and_drain_and_end_with_a_killed_parent(text_case):
-    """``--workers 2``: two processes on one socket, each answering as predict; SIGTERM drains both
-    and exits 0. A second such server's parent killed by kill -9 leaves no worker and no port."""
+def test_workers_answer_drain_restart_a_killed_one_and_end_with_a_killed_parent(text_case):
+    """``--workers 2``: two processes on one socket, each answering as predict. One killed by kill -9
+    in a request closes that connection (no client left waiting) and is started again, the port
+    answering throughout; SIGTERM drains both, exit 0. A second such server's parent killed by
+    kill -9 leaves no worker and no port."""
     export, text, _ = text_case
     body = json.dumps(GREEDY).encode()
     with ServedExport(str(export), "--workers=2") as server:
         assert len(server_processes(server)) == 3
+        killed, raised, after = killed_in_a_request(server.port)
+        assert isinstance(raised, ConnectionError) and after < 5, (raised, after)
         for _ in range(4):
             status, answer = server.post(body, "application/json")
             assert status == 200 and answer["text"] == text
+        assert killed not in replaced(server.process.pid, killed, workers=2)
     assert server.process.returncode == 0 and "Server stopped." in server.output, server.output
+    assert f"Worker {killed} was killed by SIGKILL: starting another on the same port." in server.output
     server = ServedExport(str(export), "--workers=2").start()
     try:
         workers = server_processes(server)[1:]

@@ -1,5 +1,6 @@
 """`python -m tinyproj serve` refused at start: a missing or damaged export, or a setting no server
-runs with, in one line and exit 2; a deprecated flag still taken, with a warning."""
+runs with, in one line and exit 2; a deprecated flag still taken, with a warning; a server that other
+machines can reach warned, in one line, that it has no authentication."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import json
 import math
 import re
+import socket
 import subprocess
 import sys
 
@@ -18,6 +20,7 @@ from projkit import serve
 from projkit.context import current
 from projkit.preprocessing import Preprocessing
 from projkit.serve.model import ServeError, load_session, read_export
+from projkit.serve.workers import exposure
 from projkit.testing.served import free_port
 
 
@@ -76,6 +79,7 @@ def test_a_missing_or_damaged_export_is_refused_at_start_in_one_line(make, said,
         (("--workers=0",), "--workers 0: give a whole number of at least 1"),
         (("--timeout=0",), "--timeout 0.0: give a finite number of seconds above 0"),
         (("--timeout=inf",), "--timeout inf: give a finite number of seconds above 0"),
+        (("--read_timeout=-1",), "--read_timeout -1.0: give a finite number of seconds above 0"),
         (("--colour=blue",), "unknown option(s) --colour=blue"),
         (
             ("--port=http",),
@@ -205,3 +209,15 @@ def test_what_was_a_traceback_at_start_is_one_line_and_exit_2(case, tmp_path, ca
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err
     assert re.fullmatch(rf"error: {re.escape(str(folder))}/{said}.*\n", err), err
+
+
+def test_a_server_other_machines_reach_is_warned_it_has_no_authentication():
+    """Sockets as ``serve`` binds them (bound, not listening here): beyond the loopback, the line
+    ``serve`` prints to stderr before it serves; on the loopback, none."""
+    with socket.socket() as everywhere, socket.socket() as loopback:
+        everywhere.bind(("0.0.0.0", 0))
+        loopback.bind(("127.0.0.1", 0))
+        said, unsaid = exposure(everywhere), exposure(loopback)
+    assert unsaid is None
+    assert said.startswith("warning: the server listens on 0.0.0.0 port ") and "\n" not in said
+    assert "no authentication" in said and "--host 127.0.0.1" in said and "reverse proxy" in said

@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="seconds a request may wait for the model (then 504)"
     )
     parser.add_argument(
+        "--read_timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client may take to send a request's headers, and as long again for its body "
+        "(then 408)",
+    )
+    parser.add_argument(
         "--log_level",
         choices=("debug", "info", "warning", "error"),
         default="warning",
@@ -240,6 +247,8 @@ def check_settings(args: argparse.Namespace, settings: dict) -> Limits:
         raise ServeError(f"--max_new_tokens {args.max_new_tokens}: give a whole number of at least 0.")
     if not (math.isfinite(args.timeout) and args.timeout > 0):  # /info says it, and JSON has no inf
         raise ServeError(f"--timeout {args.timeout}: give a finite number of seconds above 0.")
+    if not (math.isfinite(args.read_timeout) and args.read_timeout > 0):
+        raise ServeError(f"--read_timeout {args.read_timeout}: give a finite number of seconds above 0.")
     if settings["workers"] > 1 and os.name == "nt":
         raise ServeError("--workers above 1 shares a socket between processes, which needs Linux or macOS.")
     return Limits(args.max_body_bytes, args.max_pixels, args.max_new_tokens)
@@ -301,7 +310,8 @@ def serve(
         timeout=args.timeout,
         limits=asdict(limits),
         log_level=args.log_level,
+        read_timeout=args.read_timeout,
     )
-    code = workers.run_here(plan, sock) if count == 1 else workers.supervise(plan, sock)
+    code = workers.serve(plan, sock)
     print("Server stopped.", flush=True)
     raise SystemExit(code)

@@ -6,7 +6,9 @@ never reaches a batch, then handed to the model's thread (``batching``) and its 
 other process, no pickling, between the socket and onnxruntime. SIGTERM or Ctrl-C starts a drain:
 every request already taken in is answered, any request after it gets 503 with ``Connection:
 close`` (a client on a kept-alive connection is told, not reset), and once nothing is in flight
-uvicorn closes the socket and the connections and ``serve`` returns.
+uvicorn closes the socket and the connections and ``serve`` returns. A client holds a connection
+for ``--read_timeout`` at most while it sends a request, whose head has a size limit too
+(``connections``): one that sends slowly or endlessly is refused alone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from starlette.routing import Route
 
 from projkit.preprocessing import Preprocessing
 from projkit.serve.batching import ModelThread
+from projkit.serve.connections import bounded
 from projkit.serve.model import IMAGE_TASK
 from projkit.serve.requests import BadRequest, Limits, generation_request, image_request
 
@@ -161,15 +164,21 @@ class DrainingServer(uvicorn.Server):
 
 
 def run(
-    endpoints: Endpoints, sock: socket.socket, log_level: str, force_on_second_signal: bool = True
+    endpoints: Endpoints,
+    sock: socket.socket,
+    log_level: str,
+    read_timeout: float,
+    force_on_second_signal: bool = True,
 ) -> None:
     """Serve on the bound, listening ``sock`` until a signal's drain is done (the model thread
-    runs from before the first request to after the last)."""
+    runs from before the first request to after the last); a client has ``read_timeout`` seconds
+    to send a request's head, and as long again for its body."""
     gate = Gate(Starlette(routes=endpoints.routes()))
     config = uvicorn.Config(
         gate,
         loop="uvloop" if os.name != "nt" else "asyncio",
-        http="httptools",
+        http=bounded(read_timeout),
+        ws="none",  # no WebSocket route: an Upgrade header is a plain HTTP request's
         lifespan="off",
         log_level=log_level,
         access_log=log_level in ("debug", "info"),
