@@ -189,7 +189,7 @@ def answered(session: Any, spec: dict[str, Any]) -> None:
     here is a request's 5xx."""
     if spec["task"] == IMAGE_TASK:
         pre = Preprocessing.from_description(spec["preprocessing"])
-        asked = image_request(png(5, 13), "image/png", {"top_k": "3"}, pre, len(spec["classes"]), LIMITS)
+        asked = image_request(png(5, 13), "image/png", [("top_k", "3")], pre, len(spec["classes"]), LIMITS)
     else:
         context = spec["input"]["max_T"]
         prompt = (spec["vocab"] * context)[:context]
