@@ -27,6 +27,7 @@ QUICK = [
     "--model.init_args.scheduler.init_args.warmup_steps=0",
 ]
 LR = "model.init_args.optimizer.init_args.lr"
+SECRET = "s3cret-that-must-not-be-shown"
 
 
 def write_sweep(path: Path, **fields) -> Path:
@@ -42,7 +43,7 @@ def write_sweep(path: Path, **fields) -> Path:
     return path
 
 
-def start_worker(sweep: Path, cwd: Path, log: str) -> subprocess.Popen:
+def start_worker(sweep: Path, cwd: Path, log: str, *args: str) -> subprocess.Popen:
     """A sweep worker in a process group of its own (its trials join it), output to ``log``; the
     tests' folder is on its path (conftest puts it in ``PYTHONPATH``), so it finds ``tinyproj`` and
     its trials can import ``faults``."""
@@ -50,7 +51,7 @@ def start_worker(sweep: Path, cwd: Path, log: str) -> subprocess.Popen:
     assert str(HERE) in env["PYTHONPATH"].split(os.pathsep)
     with open(cwd / log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tinyproj", "sweep", "--config", str(sweep)],
+            [sys.executable, "-m", "tinyproj", "sweep", "--config", str(sweep), *args],
             cwd=cwd,
             env=env,
             stdout=out,
@@ -171,8 +172,12 @@ def test_two_workers_share_a_sqlite_study_prune_and_report_the_best_trial(workdi
     study.enqueue_trial({LR: 1.0e-2})
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the workers share the cores themselves
-    workers = [start_worker(sweep, workdir, f"worker{i}.log") for i in range(2)]
+    # A password in the study's URL (SQLite ignores it, with a warning): in no output or file.
+    storage = f"--storage=sqlite:///{workdir / 'runs/sweeps/two/study.db'}?password={SECRET}"
+    workers = [start_worker(sweep, workdir, f"worker{i}.log", storage) for i in range(2)]
     outputs = [finish(worker, workdir, f"worker{i}.log") for i, worker in enumerate(workers)]
+    assert "study.db?password=***, trials under" in outputs[0]
+    assert not [p for p in workdir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
 
     for output in outputs:  # nothing before the worker's own first line (no log of Optuna's)
         assert output.startswith("Sweep 'two': study in sqlite:///"), output[:500]

@@ -35,6 +35,7 @@ from projkit.callbacks.kit_version import KitVersion
 from projkit.checks.checkpoint import adopt_saved_classes, check_fits_model, refused_pickle
 from projkit.checks.config import (
     check_config_files,
+    check_credentials,
     check_defaults,
     check_finite,
     check_model_fits_data,
@@ -44,7 +45,8 @@ from projkit.checks.config import (
 )
 from projkit.checks.environment import check_environment, check_environment_names
 from projkit.checks.model import check_monitors
-from projkit.checks.save_dir import check_callback_paths, check_run_names, check_save_dir
+from projkit.checks.names import check_names
+from projkit.checks.save_dir import check_experiment_folders, check_save_dir
 from projkit.checks.trainer import check_trainer
 from projkit.context import current
 from projkit.data.facts import NET, link_data_facts, use_checkpoint_facts
@@ -248,9 +250,10 @@ class ProjectCLI(LightningCLI):
             check_weights_only(config, parser)
             if "weights_only" in config:  # Lightning's argument, so that a crafted file cannot run code
                 config.weights_only = True
+            check_credentials(config, parser)
+            check_names(config, parser, self.config_files)  # every name that becomes a path
             check_save_dir(config, parser)
-            check_run_names(config, parser, self.config_files)
-            check_callback_paths(config, parser)
+            check_experiment_folders(config, parser)
             self.checkpoint = resolve_checkpoint(config, subcommand, parser)
             if subcommand == "fit" and self.checkpoint is not None:
                 self.resumed_step = self.checkpoint.get("global_step")

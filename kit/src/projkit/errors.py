@@ -27,6 +27,7 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
+from projkit.credentials import masked
 from projkit.rundir.lock import RunInUseError, RunLock
 
 DEBUG_VARIABLE = "PROJ_DEBUG"
@@ -68,12 +69,12 @@ def reported_errors() -> Iterator[None]:
         print("error: stopped by SIGTERM; nothing was saved since the last checkpoint.", file=sys.stderr)
         raise SystemExit(128 + signal.SIGTERM) from None
     except RunInUseError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {masked(str(error))}", file=sys.stderr)
         raise SystemExit(1) from None
     except (DivergenceError, ExportCheckError) as error:
         if debugging():
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {masked(str(error))}", file=sys.stderr)
         raise SystemExit(1) from None
     except (ConfigError, OSError, ValueError, MisconfigurationException) as error:
         # A ConfigError is a ValueError too: the project's own refusals first, then Lightning's.
@@ -82,13 +83,13 @@ def reported_errors() -> Iterator[None]:
         if message is None or debugging():
             raise
         RunLock.remove_new_runs()
-        print(f"error: {message}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
+        print(f"error: {masked(message)}\n({DEBUG_VARIABLE}=1 shows where it was raised.)", file=sys.stderr)
         raise SystemExit(2) from None
     except RuntimeError as error:
         if not lost_a_peer(error):
             raise
         print(
-            f"error: another process of this distributed job stopped ({str(error).splitlines()[0]}). "
+            f"error: another process of this distributed job stopped ({masked(str(error).splitlines()[0])}). "
             "Its checkpoints are intact: resume with `fit --config <same configs> --ckpt_path last`.",
             file=sys.stderr,
         )

@@ -16,6 +16,7 @@ from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
 from projkit import moved_classes
+from projkit.credentials import masked
 from projkit.data.names import printable
 from projkit.errors import debugging
 from projkit.internals.stdlib import parser_actions
@@ -30,7 +31,7 @@ class ShortErrorParser(LightningArgumentParser):
         if debugging() or not self.exit_on_error:
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", self)  # a config key refused by the subcommand's parser
-        said = printable(unknown_name(message, parser) or one_line(message, self.env_prefix))
+        said = masked(printable(unknown_name(message, parser) or one_line(message, self.env_prefix)))
         sys.stderr.write(f"error: {said}\n(--help lists the options.)\n")
         raise SystemExit(2)
 

@@ -13,6 +13,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
 from projkit import strict_yaml
+from projkit.credentials import holds_credential, masked
 from projkit.rundir.naming import class_of
 
 # seed_everything seeds numpy too, whose seeds are unsigned 32-bit integers.
@@ -133,3 +134,23 @@ def check_weights_only(config, parser: LightningArgumentParser) -> None:
             "checkpoint can run code on this machine; its own checkpoints hold plain values. Drop the "
             "flag. A foreign checkpoint you trust: load it in Python and save its state_dict."
         )
+
+
+def check_credentials(config: Any, parser: LightningArgumentParser, key: str = "") -> None:
+    """No setting holds a password or key (an MLflow ``tracking_uri`` of ``https://ann:pw@host``, a
+    W&B ``api_key``): the run's ``config.yaml``, which must repeat the run and so cannot hold a mask,
+    would keep it in clear, and W&B and MLflow keep a copy. Every text of the parsed config passes
+    here; the refusal shows it masked."""
+    if isinstance(config, str) and holds_credential(setting := f"{key}={config}"):
+        parser.error(
+            f"{masked(setting)}: holds a password or key, which the run's config.yaml (and W&B's or "
+            "MLflow's copy of it) would keep in clear. Remove it and give it by the environment "
+            "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, PGPASSWORD or ~/.pgpass, "
+            "WANDB_API_KEY)."
+        )
+    items = vars(config).items() if isinstance(config, Namespace) else ()
+    items = config.items() if isinstance(config, dict) else items
+    for name, value in items:
+        check_credentials(value, parser, f"{key}.{name}" if key else name)
+    for index, value in enumerate(config if isinstance(config, (list, tuple)) else ()):
+        check_credentials(value, parser, f"{key}[{index}]")

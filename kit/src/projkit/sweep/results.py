@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from projkit.context import current
+from projkit.credentials import masked
 from projkit.sweep.config import Sweep
 from projkit.sweep.trials import FINISHED
 from projkit.sweep.workers import local_pid, process_alive, this_worker
@@ -71,11 +72,9 @@ def write_table(trials: Sequence[FrozenTrial], path: Path) -> None:
         writer.writerow(["number", "state", "value", "duration_s", *params, *attrs])
         for t in trials:
             duration = f"{t.duration.total_seconds():.1f}" if t.duration else ""
-            writer.writerow(
-                [t.number, t.state.name, "" if t.value is None else t.value, duration]
-                + [t.params.get(k, "") for k in params]
-                + [t.user_attrs.get(k, "") for k in attrs]
-            )
+            row = [t.number, t.state.name, "" if t.value is None else t.value, duration]
+            row += [t.params.get(k, "") for k in params] + [t.user_attrs.get(k, "") for k in attrs]
+            writer.writerow([masked(cell) if isinstance(cell, str) else cell for cell in row])
 
 
 def write_plots(study: optuna.Study, folder: Path) -> list[str]:

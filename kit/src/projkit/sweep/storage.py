@@ -14,6 +14,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine, make_url
 
+from projkit.credentials import masked
 from projkit.sweep.config import Sweep, SweepConfigError, build_pruner, build_sampler
 from projkit.sweep.workers import local_pid, process_alive
 
@@ -68,20 +69,22 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
 def check_sqlite_file(url: str) -> None:
     """An SQLite study file must be one SQLite can open: in an existing folder, and an SQLite
     database (or empty) where it exists. Said at once, rather than after the retries."""
-    name = make_url(url).database
+    name, shown = make_url(url).database, masked(url)
     if not name or name == ":memory:" or "mode=memory" in url:
         raise SweepConfigError(
-            f"--storage {url}: an SQLite database in memory lives in this worker alone, and the trials "
+            f"--storage {shown}: an SQLite database in memory lives in this worker alone, and the trials "
             "run in processes of their own. Give a file, e.g. sqlite:///runs/sweeps/study.db"
         )
     path = Path(name)
     if not path.parent.is_dir():
         raise SweepConfigError(
-            f"--storage {url}: the folder {path.parent}/ does not exist, so SQLite cannot create "
+            f"--storage {shown}: the folder {path.parent}/ does not exist, so SQLite cannot create "
             f"{path.name} there. Create the folder, or give a path in an existing one."
         )
     if path.is_dir():
-        raise SweepConfigError(f"--storage {url}: {path} is a folder, not an SQLite file. Name a file in it.")
+        raise SweepConfigError(
+            f"--storage {shown}: {path} is a folder, not an SQLite file. Name a file in it."
+        )
     try:
         with open(path, "rb") as file:
             head = file.read(16)
@@ -89,7 +92,7 @@ def check_sqlite_file(url: str) -> None:
         return
     except OSError as error:
         raise SweepConfigError(
-            f"--storage {url}: cannot read {path} ({error.strerror}). Check its permissions."
+            f"--storage {shown}: cannot read {path} ({error.strerror}). Check its permissions."
         ) from None
     if head and head != b"SQLite format 3\0":
         raise SweepConfigError(
@@ -99,16 +102,18 @@ def check_sqlite_file(url: str) -> None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as logs may show it: without its password."""
+    """``url`` as logs may show it: without its password, in its user part or its query
+    (``?password=``, which libpq and MySQL's drivers read too)."""
     from sqlalchemy.exc import ArgumentError
 
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        make_url(url)
     except ArgumentError:
         raise SweepConfigError(
-            f"--storage {url}: not a database URL. Give an SQLAlchemy URL, e.g. "
+            f"--storage {masked(url)}: not a database URL. Give an SQLAlchemy URL, e.g. "
             "sqlite:///runs/sweeps/study.db or postgresql://user@host/db."
         ) from None
+    return masked(url)
 
 
 def from_storage(error: BaseException) -> bool:
@@ -145,7 +150,7 @@ def storage_refused(url: str, error: BaseException) -> SweepConfigError:
             f"installed. Install it (`uv add {package}`), or name an installed driver in the URL "
             "(e.g. postgresql+psycopg://)."
         )
-    reason = str(getattr(error, "orig", None) or error).splitlines()[0] if str(error) else ""
+    reason = masked(str(getattr(error, "orig", None) or error).splitlines()[0]) if str(error) else ""
     fix = (
         "A PostgreSQL database made as SQL_ASCII (initdb in a shell without LANG) holds text the "
         "driver cannot read: make it UTF-8 (`createdb -E UTF8 -T template0 <name>`)."

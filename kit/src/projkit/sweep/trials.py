@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from projkit import TRIAL_ENV, preloaded
+from projkit.credentials import masked
 from projkit.sweep.config import Sweep, SweepConfigError, suggest, trial_args
 from projkit.sweep.storage import fail_dead_trials, fresh, open_study, storage_for
 from projkit.sweep.workers import cpu_cores, register_worker, this_worker, trial_threads
@@ -117,8 +118,10 @@ def last_values(rows: list[dict[str, str]], prefix: str) -> dict[str, float]:
 
 
 def tail(path: Path, lines: int = 5) -> str:
+    """The last ``lines`` of a trial's output, as the sweep shows and records them: masked, since a
+    trial may print its study's storage URL."""
     text = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
-    return "\n".join(text[-lines:]) or "(no output)"
+    return masked("\n".join(text[-lines:])) or "(no output)"
 
 
 def describe(trial: FrozenTrial, metric: str) -> str:
@@ -159,7 +162,7 @@ def run_trials(
         nonlocal failures
         failures = failures + 1 if trial.state == TrialState.FAIL else 0
         reason = f": {trial.user_attrs['error']}" if "error" in trial.user_attrs else ""
-        print(describe(trial, sweep.metric) + reason, flush=True)
+        print(masked(describe(trial, sweep.metric) + reason), flush=True)
 
     while True:
         fail_dead_trials(study, storage)
