@@ -119,9 +119,7 @@ DESCRIPTION_OF_PROG = (
     "Train, evaluate, export, sweep and serve models. `{prog} SUBCOMMAND --help` lists its options."
 )
 
-# What a run prints is what the user can act on: what the libraries say that no user can act on is
-# silenced in one place, projkit.library_warnings, which every command installs as it starts.
-check_every_yaml()
+check_every_yaml()  # no key twice, no alias bomb, an empty init_args: as none
 moved_classes.install()  # a class path from before the kit's split (<package>.optim.…) as the kit's
 
 
