@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,6 +127,16 @@ def test_a_spec_no_image_can_follow_is_refused(settings, message):
         Preprocessing(**settings)
 
 
+def pillow_reads(path: Path) -> bool:
+    """Whether the installed Pillow decodes the whole file."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except Exception:  # any decoder's error: what image_problem catches too
+        return False
+    return True
+
+
 def test_fuzz_predict_reads_a_decoded_file_or_names_its_problem(tmp_path):
     """Files of the decode fuzzer (every format and mode Pillow writes there, whole; then cut and
     damaged ones): ``image_problem``, which ``predict`` asks of each file before it reads any, names
@@ -144,7 +155,8 @@ def test_fuzz_predict_reads_a_decoded_file_or_names_its_problem(tmp_path):
         if mode in UNCONVERTIBLE:
             assert problem and f"its mode {mode} is one Pillow cannot convert to L (grey)" in problem, problem
         elif mode is not None:
-            assert problem is None, (WRITTEN[case], problem)
+            # A file this Pillow wrote but cannot read back (a YCbCr TIFF on Pillow 10.0) is named too.
+            assert (problem is None) == pillow_reads(path), (WRITTEN[case], problem)
         if problem is None:
             for target in ("L", "RGB"):
                 with Image.open(path) as image:
