@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from projkit.testing.fixtures import one_thread_per_worker
 
@@ -59,3 +60,12 @@ LONGEST_FILES = ("test_upgrade.py", "test_ddp.py", "test_benchmarks.py", "test_s
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest_first(items, LONGEST_FILES)
+
+
+def seeded(examples: int) -> settings:
+    """A fuzzer's hypothesis settings: ``examples`` cases, the same ones every run (``derandomize``), no
+    deadline, no example database, and no health check (their fixtures build runs and servers)."""
+    return settings(
+        max_examples=examples, derandomize=True, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip

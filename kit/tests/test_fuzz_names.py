@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import main
+from conftest import main, seeded
 from projkit import strict_yaml
 from projkit.cli import ProjectCLI
 from projkit.data.names import printable
@@ -63,13 +63,7 @@ PIECES = [
     os.fsdecode(b"\xe9"), "n" * 120,
     "\uff0f", "\uff3c", "\u2025", "\uff0e", "\ufe68", "\uff5e",  # NFKC: / \\ .. . \\ ~
 ]  # fmt: skip
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = seeded(EXAMPLES)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import seeded
 from projkit.sweep.config import Sweep, SweepConfigError, load_sweep
 from projkit.testing import config
 
@@ -72,13 +73,7 @@ def check(path: Path) -> None:
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@seeded(EXAMPLES)
 @given(key=st.sampled_from(KEYS), value=VALUES, spoil=st.sampled_from([None, *SPOILS]))
 def test_fuzz_sweep_configs(key, value, spoil, tmp_path_factory):
     spec = {**SPEC, key: value}  # a field's value replaced, or a key added

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from jsonargparse import get_loader
 
-from conftest import main
+from conftest import main, seeded
 from projkit.cli import ProjectCLI  # also installs the YAML loader the CLI reads configs with
 from projkit.optim import WarmupCosineLR
 from projkit.strict_yaml import without_empty_arguments
@@ -146,13 +146,7 @@ def test_a_checkpoint_from_before_the_split_loads_in_python_with_one_warning(fit
 
 
 EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "500")) // 10
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = seeded(EXAMPLES)
 # Moved classes under their old paths (by package and by module), and paths that stay as given: the
 # owner's classes, a library's, today's kit's, an old module alone, a private or unknown name, a
 # moved class the owner's package names itself, a library's class a kit module imports, another
