@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
-from starlette.responses import JSONResponse
 
 from projkit.preprocessing import Preprocessing
 from projkit.serve.model import IMAGE_TASK, ServeError, answerer, load_session, read_export
 from projkit.serve.requests import Limits, generation_request, image_request
+from projkit.serve.server import json_body
 
 SHAPE = (1, 8, 8)
 CLASSES = 10
@@ -197,7 +197,7 @@ def answered(session: Any, spec: dict[str, Any]) -> None:
         asked = generation_request(body, "application/json", spec["vocab"], LIMITS)
     (answer,) = answerer(session, spec).answers([asked])
     for body in (answer, {"model": spec, "server": {"pid": os.getpid()}}):
-        JSONResponse(body)  # as /predict and /info render it: it raises where they fail
+        json_body(body)  # as /predict and /info render it: it raises where they fail
 
 
 def fuzz_starts(export: Path, folder: Path, examples: int) -> collections.Counter:

@@ -296,7 +296,8 @@ def test_after_sigterm_a_kept_alive_connection_gets_503_and_close_and_waiting_re
 def test_a_request_the_model_fails_on_fails_alone_and_its_batch_mates_are_answered(text_case, tmp_path):
     """A request the model raises on, queued with three good ones while the model loads: the four
     share one batch, the model raises on it, and the server runs them again a request at a time:
-    the poisoned one gets a 500 and its line, the others their continuations."""
+    the poisoned one gets a 500 and its line, the others their continuations; the server's log has
+    the traceback."""
     export, _, _ = text_case
     folder, poison = poisoned_export(export, tmp_path / "poisoned")
     vocab = json.loads((folder / "model.json").read_text())["vocab"]
@@ -324,6 +325,7 @@ def test_a_request_the_model_fails_on_fails_alone_and_its_batch_mates_are_answer
     status, said = answers.pop("ROMEO" + poison)
     assert status == 500 and said["detail"].startswith("the model failed on this request"), said
     assert "\n" not in said["detail"]
+    assert "The model failed on a request to /predict\nTraceback" in server.output  # for its owner
     for prompt, (status, said) in answers.items():
         count = [
             (vocab.index(prompt[-1]) + 1 + i) % (len(vocab) - 1) for i in range(GREEDY["max_new_tokens"])

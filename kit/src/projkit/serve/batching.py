@@ -33,6 +33,8 @@ class ModelThread:
         self.max_batch_size = max_batch_size
         self.queue: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
         self.loaded = threading.Event()
+        self.model: Any = None
+        self.calling = threading.Lock()  # held during each call of the model, by whichever thread
         self.failure: str | None = None
         self.counts = {"requests": 0, "batches": 0, "largest_batch": 0}
         self.thread = threading.Thread(target=self.run, args=(load,), name="model", daemon=True)
@@ -46,9 +48,20 @@ class ModelThread:
         """Whether the model is loaded and answers (``/health``)."""
         return self.loaded.is_set() and self.failure is None
 
-    async def answer(self, request: Any, timeout: float) -> Any:
+    async def answer(self, request: Any, timeout: float, inline: bool = False) -> Any:
         """The model's answer to ``request``; TimeoutError after ``timeout`` seconds (its entry is
-        then skipped, or its answer dropped), the model's exception if it raised on this request."""
+        then skipped, or its answer dropped), the model's exception if it raised on this request.
+        ``inline``: when the model is loaded and not in a call, it is called here, in the caller's
+        thread, without the two hand-overs of a thread (what a lone request on a small model
+        mostly waits for); when it is busy, the request is queued as any other."""
+        if inline and self.ready and self.calling.acquire(blocking=False):
+            try:
+                ((answer, error),) = self.counted_outcomes(self.model, [request])
+            finally:
+                self.calling.release()
+            if error is not None:
+                raise error
+            return answer
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self.queue.put((request, future, loop))
@@ -70,6 +83,7 @@ class ModelThread:
             model = load()
         except BaseException as error:  # said to every request rather than lost with the thread
             model, self.failure = None, f"the model did not load: {error}"
+        self.model = model
         self.loaded.set()
         while (batch := self.next_batch()) is not None:
             self.answer_batch(model, batch)
@@ -96,11 +110,16 @@ class ModelThread:
         batch = [entry for entry in batch if not entry[1].done()]  # a timed-out request is not run
         if not batch:
             return
-        outcomes = self.outcomes(model, [request for request, _, _ in batch])
-        self.counts["requests"] += len(batch)
-        self.counts["largest_batch"] = max(self.counts["largest_batch"], len(batch))
+        with self.calling:
+            outcomes = self.counted_outcomes(model, [request for request, _, _ in batch])
         loop = batch[0][2]
         loop.call_soon_threadsafe(settle, [future for _, future, _ in batch], outcomes)
+
+    def counted_outcomes(self, model: Any, requests: list[Any]) -> list[Outcome]:
+        """``outcomes``, counted for ``/info`` (with ``calling`` held)."""
+        self.counts["requests"] += len(requests)
+        self.counts["largest_batch"] = max(self.counts["largest_batch"], len(requests))
+        return self.outcomes(model, requests)
 
     def outcomes(self, model: Any, requests: list[Any]) -> list[Outcome]:
         """Each request's answer, or the exception the model raised on it: the requests in one call,

@@ -14,17 +14,20 @@ for ``--read_timeout`` at most while it sends a request, whose head has a size l
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from projkit.preprocessing import Preprocessing
@@ -37,21 +40,49 @@ PREDICT_PATH = "/predict"
 # A body up to this size is prepared on the event loop: a thread's hand-over would cost more than
 # decoding a small image; a larger one is prepared in a thread, so the loop goes on meanwhile.
 INLINE_BODY_BYTES = 64 * 1024
+NOT_POST = "send POST to /predict: an image file or a JSON prompt."
 STOPPING = "the server is stopping (SIGTERM): send the request again, to a server that runs."
+Send = Callable[[dict], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict]]
+LOG = logging.getLogger("uvicorn.error")  # uvicorn's own log, at the --log_level given
 
 
-def refusal(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def json_body(content: Any) -> bytes:
+    """An answer's JSON as Starlette's ``JSONResponse`` renders it (UTF-8, compact, no NaN)."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+async def send_json(send: Send, status: int, content: Any, headers: dict[str, str] | None = None) -> None:
+    """Answer ``status`` with ``content`` as JSON, straight through ASGI."""
+    body = json_body(content)
+    head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    head += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def refuse(send: Send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
     """A refused request's answer: its status and ``{"detail": <one line>}``."""
-    return JSONResponse({"detail": message}, status_code=status, headers=headers)
+    await send_json(send, status, {"detail": message}, headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request's body, refused (413) as soon as it is known to pass ``limit`` bytes."""
-    declared = request.headers.get("content-length")
+def header(scope: dict, name: bytes) -> str | None:
+    """The request's first ``name`` header (lower case, as the server gives them), or None."""
+    return next((value.decode("latin-1") for key, value in scope["headers"] if key == name), None)
+
+
+async def read_body(scope: dict, receive: Receive, limit: int) -> bytes:
+    """The request's body, refused (413) as soon as it is known to pass ``limit`` bytes, or (400)
+    when the client goes before it ends."""
+    declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"the body is {declared} bytes, over this server's --max_body_bytes {limit}.")
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest(400, "the client closed the connection before the body ended.")
+        chunk, more = message.get("body", b""), message.get("more_body", False)
         size += len(chunk)
         if size > limit:
             raise BadRequest(413, f"the body is over this server's --max_body_bytes {limit}.")
@@ -61,7 +92,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 class Endpoints:
     """The three routes over one export's model thread; ``settings`` is what ``/info`` says of the
-    server besides the model's counts."""
+    server besides the model's counts. ``/predict`` is answered in plain ASGI (it is the one route
+    whose cost per request counts), the other two through Starlette."""
 
     def __init__(
         self, spec: dict[str, Any], limits: Limits, model: ModelThread, timeout: float, settings: dict
@@ -73,35 +105,38 @@ class Endpoints:
         self.classes = len(spec.get("classes", ()))
 
     def routes(self) -> list[Route]:
-        return [
-            Route(PREDICT_PATH, self.predict, methods=["POST"]),
-            Route("/health", self.health, methods=["GET"]),
-            Route("/info", self.info, methods=["GET"]),
-        ]
+        return [Route("/health", self.health, methods=["GET"]), Route("/info", self.info, methods=["GET"])]
 
     def prepare(self, body: bytes, content_type: str, query: list[tuple[str, str]]) -> dict[str, Any]:
         if self.image:
             return image_request(body, content_type, query, self.preprocessing, self.classes, self.limits)
         return generation_request(body, content_type, self.spec["vocab"], self.limits, query)
 
-    async def predict(self, request: Request) -> Response:
+    async def predict(self, scope: dict, receive: Receive, send: Send, alone: Callable[[], bool]) -> None:
+        """``POST /predict``. An image request that is the only one in the server once the loop has
+        let the others read with it count themselves (``alone``) is answered here, on the loop,
+        rather than through the model's thread: one call, no hand-over. A generation takes a call
+        per token, and never holds the loop."""
         try:
-            body = await read_body(request, self.limits.max_body_bytes)
-            asked = (body, request.headers.get("content-type", ""), request.query_params.multi_items())
+            body = await read_body(scope, receive, self.limits.max_body_bytes)
+            query = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            asked = (body, header(scope, b"content-type") or "", query)
             if len(body) <= INLINE_BODY_BYTES:
                 prepared = self.prepare(*asked)
             else:
                 prepared = await run_in_threadpool(self.prepare, *asked)
         except BadRequest as refused:
-            return refusal(refused.status, refused.message)
-        except ClientDisconnect:
-            return refusal(400, "the client closed the connection before the body ended.")
+            return await refuse(send, refused.status, refused.message)
+        await asyncio.sleep(0)
         try:
-            return JSONResponse(await self.model.answer(prepared, self.timeout))
+            answer = await self.model.answer(prepared, self.timeout, inline=self.image and alone())
         except asyncio.TimeoutError:
-            return refusal(504, f"the model did not answer within --timeout {self.timeout:g} s.")
+            return await refuse(send, 504, f"the model did not answer within --timeout {self.timeout:g} s.")
         except Exception as error:
-            return refusal(500, " ".join(f"the model failed on this request: {error}".split())[:300])
+            LOG.exception("The model failed on a request to %s", PREDICT_PATH)  # the traceback, for the owner
+            message = " ".join(f"the model failed on this request: {error}".split())[:300]
+            return await refuse(send, 500, message)
+        await send_json(send, 200, answer)
 
     async def health(self, request: Request) -> Response:
         return PlainTextResponse("ok") if self.model.ready else PlainTextResponse("not ready", 503)
@@ -109,27 +144,37 @@ class Endpoints:
     async def info(self, request: Request) -> Response:
         served = {**self.settings, "pid": os.getpid(), "loaded": self.model.ready, **self.model.counts}
         served["queued"] = self.model.queue.qsize()
-        return JSONResponse({"model": self.spec, "server": served})
+        return Response(json_body({"model": self.spec, "server": served}), media_type="application/json")
 
 
 class Gate:
-    """Counts the requests in flight and, once a drain has begun, refuses new ones with 503 and
-    ``Connection: close``; ``on_drained`` is called when the last one in flight is answered."""
+    """The server's ASGI app: counts the requests in flight and, once a drain has begun, refuses new
+    ones with 503 and ``Connection: close``; ``on_drained`` is called when the last one in flight is
+    answered. ``POST /predict`` goes to the endpoints directly, any other request to Starlette."""
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, endpoints: Endpoints) -> None:
+        self.endpoints = endpoints
+        self.others = Starlette(routes=endpoints.routes())
         self.on_drained: Callable[[], None] = lambda: None
         self.in_flight = 0
         self.stopping = False
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    def alone(self) -> bool:
+        return self.in_flight == 1
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            return await self.others(scope, receive, send)
         if self.stopping:
-            return await refusal(503, STOPPING, {"Connection": "close"})(scope, receive, send)
+            return await refuse(send, 503, STOPPING, {"Connection": "close"})
         self.in_flight += 1
         try:
-            await self.app(scope, receive, send)
+            if scope["path"] != PREDICT_PATH:
+                await self.others(scope, receive, send)
+            elif scope["method"] == "POST":
+                await self.endpoints.predict(scope, receive, send, self.alone)
+            else:
+                await refuse(send, 405, NOT_POST, {"Allow": "POST"})
         finally:
             self.in_flight -= 1
             if self.stopping and self.in_flight == 0:
@@ -173,7 +218,7 @@ def run(
     """Serve on the bound, listening ``sock`` until a signal's drain is done (the model thread
     runs from before the first request to after the last); a client has ``read_timeout`` seconds
     to send a request's head, and as long again for its body."""
-    gate = Gate(Starlette(routes=endpoints.routes()))
+    gate = Gate(endpoints)
     config = uvicorn.Config(
         gate,
         loop="uvloop" if os.name != "nt" else "asyncio",
