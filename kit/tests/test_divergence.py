@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lightning.pytorch import Callback, Trainer, seed_everything
+from lightning.pytorch.demos.boring_classes import BoringModel
 
 from conftest import TASKS, main
-from projkit.reliability import DivergenceError
+from projkit.reliability import DivergenceError, StopOnDivergence
 from projkit.testing import config, step_checkpoints
 
 EVERY_STEP = "trainer:\n  callbacks+:" + step_checkpoints(1)
@@ -62,3 +64,55 @@ def test_a_diverged_run_says_why_in_one_line_and_keeps_its_checkpoints(workdir, 
     ), errors
     assert "learning rate" in errors[0] and "--ckpt_path last" in errors[0]
     assert list((workdir / "runs" / "classify" / "version_0" / "checkpoints").glob("*.ckpt"))
+
+
+class NonFiniteAt(BoringModel):
+    """Lightning's boring model, whose gradients at ``step`` get a NaN and an infinity."""
+
+    def __init__(self, step: int | None) -> None:
+        super().__init__()
+        self.bad_step = step
+
+    def on_after_backward(self) -> None:
+        if self.global_step == self.bad_step:
+            self.layer.weight.grad[0, 0] = float("nan")
+            self.layer.bias.grad[1] = float("inf")
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.1)
+
+
+class Gradients(Callback):
+    """The gradients the optimizer is about to take, each step's, as bits."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[torch.Tensor]] = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.steps.append([p.grad.clone().view(torch.int32) for p in pl_module.parameters()])
+
+
+def gradients_of(step: int | None, guarded: bool, steps: int = 4) -> list[list[torch.Tensor]]:
+    seed_everything(0)
+    seen = Gradients()
+    callbacks = [StopOnDivergence(), seen] if guarded else [seen]
+    trainer = Trainer(max_steps=steps, callbacks=callbacks, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=50,
+                      limit_val_batches=0)  # fmt: skip
+    try:
+        trainer.fit(NonFiniteAt(step))
+    except DivergenceError:
+        assert guarded and step is not None
+    return seen.steps
+
+
+def test_a_non_finite_steps_gradients_are_zeroed_and_a_finite_steps_are_left_bit_for_bit():
+    """The guard's only effect on the gradients: the step with a NaN and an infinity in them takes
+    zeros in every parameter; every other step's are the unguarded run's, to the bit."""
+    plain = gradients_of(None, guarded=False)
+    guarded = gradients_of(2, guarded=True)
+    assert len(guarded) == 4
+    for step in (0, 1):
+        assert all(torch.equal(a, b) for a, b in zip(plain[step], guarded[step], strict=True)), step
+    assert all(not grad.any() for grad in guarded[2])
+    assert all(torch.equal(a, b) for a, b in zip(plain[0], gradients_of(None, guarded=True)[0], strict=True))

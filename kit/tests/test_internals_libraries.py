@@ -94,6 +94,19 @@ def test_the_private_operations_are_what_reads_of_device_values_dispatch_to():
     assert torch_seam.tree_leaves({"a": [values, (1, values)]}) == [values, 1, values]
 
 
+def test_the_multi_tensor_operations_norm_and_multiply_each_tensor_of_a_list():
+    grads = [
+        torch.tensor([3.0, 4.0]),
+        torch.tensor([[float("nan")]]),
+        torch.tensor([-2.0], dtype=torch.float64),
+    ]
+    norms = torch_seam.foreach_norm(grads)
+    assert norms[0].item() == 5.0 and norms[1].isnan() and norms[2].item() == 2.0
+    bits = [torch.tensor([7, -1], dtype=torch.int32), torch.tensor([5], dtype=torch.int16)]
+    torch_seam.foreach_mul_(bits, torch.tensor(0, dtype=torch.int8))
+    assert [b.tolist() for b in bits] == [[0, 0], [0]] and bits[1].dtype == torch.int16
+
+
 def test_lightning_cli_keeps_each_subcommands_parser(tmp_path):
     from lightning.pytorch.cli import LightningCLI
     from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel

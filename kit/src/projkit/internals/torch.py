@@ -1,5 +1,5 @@
 """What the kit takes from torch's internals: the dispatch mode that sees every operation, pytree
-leaves, and the private aten operations that read a device value.
+leaves, the private aten operations that read a device value, and two multi-tensor operations.
 
 Checked with torch 2.6 to 2.15; ``kit/tests/test_internals.py`` tests each on a real operation.
 ``TorchDispatchMode`` is documented (the "__torch_dispatch__" extension point) but lives in the
@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from projkit.internals import LibraryChanged
+from projkit.internals import LibraryChanged, existing
 
 TORCH = "torch"
 READS = "count the host's reads of device values"
@@ -32,4 +32,18 @@ LOCAL_SCALAR_DENSE = _op("_local_scalar_dense")
 UNIQUE_OPS = {_op("_unique"), _op("_unique2")}
 INDEX_PUT_IMPL = _op("_index_put_impl_")
 
-__all__ = ["INDEX_PUT_IMPL", "LOCAL_SCALAR_DENSE", "UNIQUE_OPS", "TorchDispatchMode", "tree_leaves"]
+# The multi-tensor operations torch's own optimizers and ``clip_grad_norm_`` run on a list of
+# gradients in a few kernels: no public name has them.
+GUARD = "check and zero a training step's gradients in a few multi-tensor operations"
+foreach_norm = existing(torch, "_foreach_norm", TORCH, GUARD)
+foreach_mul_ = existing(torch, "_foreach_mul_", TORCH, GUARD)
+
+__all__ = [
+    "INDEX_PUT_IMPL",
+    "LOCAL_SCALAR_DENSE",
+    "UNIQUE_OPS",
+    "TorchDispatchMode",
+    "foreach_mul_",
+    "foreach_norm",
+    "tree_leaves",
+]

@@ -10,6 +10,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.trainer.states import TrainerFn
 
 from projkit.errors import DivergenceError
+from projkit.internals.torch import foreach_mul_, foreach_norm
 from projkit.loops import accumulating
 
 CAUSES = (
@@ -65,16 +66,18 @@ class StopOnDivergence(Callback):
     def on_before_optimizer_step(
         self, trainer: Trainer, pl_module: LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         finite, loss = self._finite, self._loss
         self._finite = self._loss = None
         if finite is None or loss is None:  # no backward through this hook's Trainer: nothing to check
             return
-        if grads and getattr(trainer.precision_plugin, "scaler", None) is None:
-            finite = finite & on(finite.device, torch.isfinite(torch.nn.utils.get_total_norm(grads)))
-            skip = ~finite
-            for grad in grads:
-                grad.masked_fill_(on(grad.device, skip), 0)
+        if getattr(trainer.precision_plugin, "scaler", None) is None:
+            groups = gradient_groups(optimizer)
+            for grads in groups.values():
+                norms = torch.stack(foreach_norm(grads))
+                finite = finite & on(finite.device, torch.isfinite(norms).all())
+            keep = finite.to(torch.int8)
+            for grads in groups.values():
+                zero_unless(grads, on(grads[0].device, keep))
         batch = trainer.fit_loop.epoch_loop.batch_progress.current.ready - 1
         self._steps.append((finite, loss, trainer.global_step, trainer.current_epoch, batch))
 
@@ -132,6 +135,29 @@ class StopOnDivergence(Callback):
                 f"{', …' if len(bad) > 3 else ''}); the checkpoint was not written, so the ones on disk "
                 "are from earlier steps. " + CAUSES.format(precision=trainer.precision)
             )
+
+
+# Integer types as wide as each floating type, by bytes per element: a gradient seen as one of them.
+SAME_WIDTH_INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def gradient_groups(optimizer: torch.optim.Optimizer) -> dict[tuple, list[torch.Tensor]]:
+    """The optimizer's gradients by device and width: each group goes through one multi-tensor
+    operation, a few kernels for any number of parameters, rather than one per parameter."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                groups.setdefault((param.grad.device, param.grad.element_size()), []).append(param.grad)
+    return groups
+
+
+def zero_unless(grads: list[torch.Tensor], keep: torch.Tensor) -> None:
+    """Each of ``grads`` (one device, one width) as it is where ``keep`` (an integer on their device)
+    is 1, all zeros where it is 0, with no read by the host: their bits multiplied by ``keep``, as
+    integers of the same width. A float multiplied by 0 would leave a NaN or an infinity NaN."""
+    bits = SAME_WIDTH_INTEGERS[grads[0].element_size()]
+    foreach_mul_([grad.view(bits) for grad in grads], keep)
 
 
 def on(device: torch.device, tensor: torch.Tensor) -> torch.Tensor:
