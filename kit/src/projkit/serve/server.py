@@ -127,9 +127,12 @@ class Endpoints:
                 prepared = await run_in_threadpool(self.prepare, *asked)
         except BadRequest as refused:
             return await refuse(send, refused.status, refused.message)
-        await asyncio.sleep(0)
+        inline = False
+        if self.image:
+            await asyncio.sleep(0)  # the requests read in the same turn of the loop count themselves in
+            inline = alone()
         try:
-            answer = await self.model.answer(prepared, self.timeout, inline=self.image and alone())
+            answer = await self.model.answer(prepared, self.timeout, inline=inline)
         except asyncio.TimeoutError:
             return await refuse(send, 504, f"the model did not answer within --timeout {self.timeout:g} s.")
         except Exception as error:
