@@ -1,11 +1,12 @@
-"""The command line: ``python -m <package> {fit,validate,test,predict,export} --config A.yaml``, with
-more ``--config`` files stacked after it.
+"""The command line: ``python -m <package> {fit,validate,test,predict,export,optimize} --config A.yaml``,
+with more ``--config`` files stacked after it.
 
 A thin ``LightningCLI``: every command starts from the project's defaults file (the standard callbacks
 are keys of their own there, so a config changes one setting without restating a list), model and
 data are chosen by ``class_path``, the data module's facts are linked into the model, the resolved
 config is written into the run's own directory, and ``fit`` can finish by testing its best checkpoint.
-``export`` (``projkit.export``) turns a checkpoint into files a deployment runs without the template.
+``export`` (``projkit.export``) turns a checkpoint into files a deployment runs without the template;
+``optimize`` writes the data as streaming chunks (``projkit.data.streaming``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ SUBCOMMANDS = {
     "test": "Evaluate a checkpoint on the test set.",
     "predict": "Predict with a checkpoint into predictions.csv.",
     "export": "Export a checkpoint: ONNX, torch.export, model.json.",
+    "optimize": "Write the data's splits as streaming chunks to a folder or s3://.",
     "sweep": "Run an Optuna sweep; each trial is a fit.",
     "serve": "Serve an export over HTTP: answers as predict does.",
 }
@@ -171,6 +173,7 @@ class ProjectCLI(LightningCLI):
         subcommand's parser reads every class signature it may take (a tenth of a second each), and
         a command runs one. ``--help``, a misspelt subcommand or an option first get them all."""
         every = {**LightningCLI.subcommands(), "export": {"model", "datamodule"}}
+        every["optimize"] = every["export"]
         first = self.command_line[:1] if isinstance(self.command_line, (list, tuple)) else []
         return {name: every[name] for name in first if name in every} or every
 

@@ -112,6 +112,25 @@ class ExportingTrainer(Trainer):
             raise ConfigError("`export` needs --ckpt_path: last, best or the path of a .ckpt file.")
         return export_checkpoint(self, model, datamodule, Path(ckpt_path), parse_formats(formats), tolerance)
 
+    def optimize(
+        self,
+        model: LightningModule,
+        datamodule: LightningDataModule | None = None,
+        output: str | None = None,
+        chunk_bytes: str = "64MB",
+    ) -> dict[str, Any]:
+        """Write the data's splits as streaming chunks, for data.init_args.stream_from.
+
+        Args:
+            output: a new local folder, or an object-store prefix (s3://BUCKET/PREFIX).
+            chunk_bytes: the size a chunk file grows to before the next begins, e.g. 64MB.
+        """
+        if output is None:
+            raise ConfigError("`optimize` needs --output: a new folder or s3://BUCKET/PREFIX.")
+        from projkit.data.streaming import optimize_datamodule  # LitData: for streaming commands only
+
+        return optimize_datamodule(datamodule, output, chunk_bytes)
+
 
 def parse_formats(formats: str) -> list[str]:
     """``--formats`` as a list, refused with the choices when it names another format or none."""

@@ -54,7 +54,15 @@ PREPROCESSING = Member(
     "prepares it; without it a deployment would prepare files differently and answer differently",
     "kit/docs/export.md, 'Preprocessing'",
 )
+STREAM_ITEMS = Member(
+    "data",
+    "stream_items",
+    "optimize",
+    "stream_items(split) yielding the samples of 'train', 'val' or 'test' as the module reads them "
+    "back from chunks (stream_kind 'tokens': 1-D token tensors, cut into windows when read)",
+    "kit/docs/streaming.md",
+)
 INPUT_SHAPE = Member("data", "input_shape", "an image model's export", "(C, H, W) of the model's input")
 
 # Everything the kit reads from a project's classes, for kit/README.md's list and its test.
-PROTOCOL = (LOSS, DEPLOYABLE, MEAN, STD, PREPROCESSING, INPUT_SHAPE)
+PROTOCOL = (LOSS, DEPLOYABLE, MEAN, STD, PREPROCESSING, INPUT_SHAPE, STREAM_ITEMS)

@@ -41,6 +41,9 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
     the device after transfer, drawing from the global RNG in step order, so a resumed run repeats
     the augmentation exactly; ``to_pixels`` undoes the normalisation for display.
 
+    With ``stream_from`` (a folder or ``s3://`` URL that ``optimize`` wrote), the splits are read
+    from streaming chunks instead, through LitData's loader, with the same batches on the device.
+
     ``predict`` reads the test split, or with ``predict_path`` every image file directly in that
     folder, in name order (``predict_files``), converted to ``input_shape`` and to the stored
     ``scale`` by ``preprocessing``, so that it is normalised exactly as training data is.
@@ -65,6 +68,7 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         predict_path: str | None = None,
+        stream_from: str | None = None,
     ) -> None:
         super().__init__()
         checks.loader_settings(batch_size, num_workers)
@@ -94,6 +98,10 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
             return
         if "train" in self.splits:
             return
+        if self.hparams.stream_from:
+            self.stream_splits(self.hparams.stream_from)
+            rank_zero_info(f"{type(self).__name__}: streaming from '{self.hparams.stream_from}'")
+            return
         train, val = self.split_train_val(*self.load(train=True))
         self.splits.update(
             train=TensorImageDataset(*train),
@@ -105,6 +113,16 @@ class ImageDataModule(SplitLoaders, LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self.loader("test" if self.predict_path is None else "predict")
+
+    @property
+    def stream_facts(self) -> dict[str, Any]:
+        """What chunks written from this data must agree with when read back."""
+        return {"classes": list(self.classes), "input_shape": list(self.input_shape)}
+
+    def stream_items(self, split: str) -> list[tuple[torch.Tensor, int]]:
+        """``optimize``: a split's images, stored uint8 ``(C, H, W)``, with their labels."""
+        dataset = self.splits[split]
+        return [(image, int(label)) for image, label in (dataset[i] for i in range(len(dataset)))]
 
     def on_after_batch_transfer(
         self, batch: Split | torch.Tensor, dataloader_idx: int
@@ -229,6 +247,8 @@ class _TorchvisionDataModule(ImageDataModule):
     files_hint: str
 
     def prepare_data(self) -> None:
+        if self.hparams.stream_from:
+            return  # the chunks are the data
         trainer = self.trainer
         if self.predict_path is not None and trainer is not None and trainer.state.fn == TrainerFn.PREDICTING:
             return  # predicting on one's own files needs no download

@@ -126,6 +126,7 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         predict_prompts: Sequence[str] = ("\n",),
+        stream_from: str | None = None,
     ) -> None:
         super().__init__()
         checks.positive("block_size", block_size)
@@ -161,6 +162,10 @@ class TextDataModule(SplitLoaders, LightningDataModule):
 
     @property
     def vocab(self) -> str:
+        if self._vocab is None and self.hparams.stream_from:
+            from projkit.data.streaming import read_record  # LitData: streamed runs only
+
+            self._vocab = read_record(self.hparams.stream_from)["facts"]["vocab"]
         if self._vocab is None:
             saved = checkpoint_fact("vocab")
             if saved is not None and not self.path.is_file():
@@ -182,7 +187,7 @@ class TextDataModule(SplitLoaders, LightningDataModule):
         """Lightning's hook before each stage: the text, downloaded if absent. ``predict`` continues
         the prompts and reads no text, so it downloads nothing."""
         trainer = self.trainer
-        if trainer is not None and trainer.state.fn == TrainerFn.PREDICTING:
+        if self.hparams.stream_from or (trainer is not None and trainer.state.fn == TrainerFn.PREDICTING):
             return
         self.fetch()
 
@@ -258,6 +263,12 @@ class TextDataModule(SplitLoaders, LightningDataModule):
     def setup(self, stage: str) -> None:
         if self.splits or stage == "predict":
             return
+        if self.hparams.stream_from:
+            from projkit.data.streaming import split_window
+
+            self.stream_splits(self.hparams.stream_from, self.hparams.block_size + 1, split_window)
+            rank_zero_info(f"TextDataModule: streaming from '{self.hparams.stream_from}'")
+            return
         tokens = self.tokenizer.encode(self.text)
         tokens = tokens.to(torch.uint8 if self.vocab_size <= 256 else torch.int32)
         n_train = self.train_length(len(tokens))
@@ -276,6 +287,18 @@ class TextDataModule(SplitLoaders, LightningDataModule):
             f"TextDataModule: '{self.path}', {len(tokens):,} characters, vocabulary of {self.vocab_size}; "
             f"{len(train):,} train, {len(val):,} validation ({len(spread)} windows of {stride})"
         )
+
+    stream_kind = "tokens"
+
+    @property
+    def stream_facts(self) -> dict[str, str]:
+        return {"vocab": self.vocab}
+
+    def stream_items(self, split: str) -> list[torch.Tensor]:
+        """``optimize``: a split's tokens in pieces; read back, they are cut into windows of
+        ``block_size + 1`` tokens that do not overlap (test: the validation text, as here)."""
+        tokens = self.splits[split].tokens
+        return list(tokens.split(1 << 16))
 
     def train_epoch_size(self) -> int:
         """An epoch draws as many random windows as the training text holds end to end."""

@@ -52,6 +52,13 @@ def _without_worker_hint(dataset: Dataset, prefix: str) -> None:
         library_warnings.whole_tensor_loader(f"{prefix}_dataloader")
 
 
+def streamed(dataset: Any, settings: Any) -> DataLoader:
+    """LitData's loader of a streamed split, with the module's loader settings."""
+    from projkit.data.streaming import streaming_loader
+
+    return streaming_loader(dataset, settings.batch_size, settings.num_workers, settings.pin_memory)
+
+
 class SplitLoaders:
     """The loaders and checkpoint hooks of a data module whose splits are datasets in ``self.splits``:
     training in ``self.train_order``'s resumable order, evaluation in order, with the module's saved
@@ -64,6 +71,18 @@ class SplitLoaders:
     hparams: Any
     train_order: TrainOrder
     trainer: Trainer | None
+    stream: tuple[str, dict[str, Any]] | None = None  # the URL and record of streamed splits
+
+    def stream_splits(self, url: str, block_size: int | None = None, transform: Any = None) -> dict[str, Any]:
+        """Read the splits from the chunks ``optimize`` wrote under ``url`` (``projkit.data.streaming``):
+        LitData's loaders serve them, and resume from LitData's state. Returns the stored facts."""
+        from projkit.data import streaming  # LitData: imported by streamed runs only
+
+        splits, record = streaming.open_splits(url, streaming.seed(), block_size, transform)
+        streaming.check_facts(record["facts"], getattr(self, "stream_facts", None) or {}, url)
+        self.splits.update(splits)
+        self.stream = (url, record)
+        return record["facts"]
 
     def train_epoch_size(self) -> int | None:
         """Samples an epoch draws; None: each training sample once."""
@@ -71,6 +90,8 @@ class SplitLoaders:
 
     def train_dataloader(self) -> DataLoader:
         dataset, settings = self.splits["train"], self.hparams
+        if self.stream is not None:
+            return streamed(dataset, settings)
         _without_worker_hint(dataset, "train")
         return self.train_order.loader(
             dataset,
@@ -89,6 +110,8 @@ class SplitLoaders:
 
     def loader(self, split: str) -> DataLoader:
         settings = self.hparams
+        if self.stream is not None and split in ("train", "val", "test"):
+            return streamed(self.splits[split], settings)
         stage = getattr(getattr(self.trainer, "state", None), "stage", None)
         if stage is not None:  # the loop that asks: val (or the sanity check), test or predict
             _without_worker_hint(self.splits[split], stage.dataloader_prefix)
@@ -97,7 +120,17 @@ class SplitLoaders:
         )
 
     def state_dict(self) -> dict[str, Any]:
+        if self.stream is not None:
+            from projkit.data.streaming import StreamPosition
+
+            return StreamPosition.state_dict(self.stream[1], self.trainer)
         return self.train_order.state_dict(self.trainer)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.stream is not None or "stream" in state_dict:
+            from projkit.data.streaming import StreamPosition
+
+            url, record = self.stream or ("data.stream_from (unset)", {"fingerprint": None})
+            StreamPosition.load_state_dict(state_dict.get("stream"), record, url, self.trainer)
+            return
         self.train_order.load_state_dict(state_dict, self.trainer)

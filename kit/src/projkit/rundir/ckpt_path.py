@@ -45,6 +45,8 @@ def resolve_checkpoint(config, subcommand: str, parser: LightningArgumentParser)
     ckpt_path = config.get("ckpt_path")
     evaluating = subcommand != "fit"
     _named.set(None)
+    if "ckpt_path" not in config:  # a command that reads no checkpoint (optimize)
+        return None
     if ckpt_path is None:
         if evaluating and not config.get("allow_untrained") and not config.model.init_args.get("init_from"):
             parser.error(

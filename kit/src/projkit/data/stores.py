@@ -1,0 +1,104 @@
+"""Where streaming chunks live: a local folder or an S3 prefix (``s3://bucket/prefix``), listed,
+read and written through one small interface, with an object store's failures said in one line.
+
+S3 goes through boto3, as LitData's own reads do, so both follow the same settings: credentials
+from the environment or ``~/.aws``, and an S3-compatible server (MinIO, Ceph, a cluster's own) from
+``AWS_ENDPOINT_URL``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from projkit.errors import ConfigError
+
+# What boto3 and the server say, and what the user does about it.
+S3_FIXES = {
+    "NoSuchBucket": "the bucket does not exist: create it, or correct the URL",
+    "InvalidAccessKeyId": "the access key is not known to the server: set AWS_ACCESS_KEY_ID (or ~/.aws)",
+    "SignatureDoesNotMatch": "the secret key is wrong: set AWS_SECRET_ACCESS_KEY (or ~/.aws)",
+    "AccessDenied": "these credentials may not use it: ask for access, or use credentials that have it",
+    "403": "these credentials may not use it: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    "404": "the bucket does not exist: create it, or correct the URL",
+}
+
+
+def is_remote(url: str) -> bool:
+    return url.startswith("s3://")
+
+
+def join(url: str, *names: str) -> str:
+    return "/".join([url.rstrip("/"), *names])
+
+
+@contextlib.contextmanager
+def said_in_one_line(url: str, field: str) -> Iterator[None]:
+    """An object store's or a disk's failure under ``url`` as one line naming it, ``field`` and the fix."""
+    import botocore.exceptions
+
+    try:
+        yield
+    except botocore.exceptions.ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        fix = S3_FIXES.get(code, f"the server refused it ({code}: {error.response['Error'].get('Message')})")
+        raise ConfigError(f"{field}: '{url}': {fix}.") from None
+    except botocore.exceptions.NoCredentialsError:
+        raise ConfigError(
+            f"{field}: '{url}': no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+            "(or ~/.aws)."
+        ) from None
+    except botocore.exceptions.EndpointConnectionError as error:
+        raise ConfigError(
+            f"{field}: '{url}': cannot reach the object store ({error}): check AWS_ENDPOINT_URL and "
+            "the network."
+        ) from None
+
+
+class Store:
+    """The files directly under ``url``, a local folder or ``s3://bucket/prefix``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        if is_remote(url):
+            bucket, _, prefix = self.url[len("s3://") :].partition("/")
+            if not bucket:
+                raise ConfigError(f"'{url}' names no bucket: write it as s3://BUCKET/PREFIX.")
+            self.bucket, self.prefix = bucket, f"{prefix}/" if prefix else ""
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3")
+
+    def sizes(self) -> dict[str, int]:
+        """Every file under the store (its path below ``url``) and its size in bytes."""
+        if not is_remote(self.url):
+            root = Path(self.url)
+            if not root.is_dir():
+                return {}
+            files = (p for p in sorted(root.rglob("*")) if p.is_file())
+            return {str(p.relative_to(root)): p.stat().st_size for p in files}
+        found: dict[str, int] = {}
+        listing = self.client().get_paginator("list_objects_v2")
+        for page in listing.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for entry in page.get("Contents", []):
+                found[entry["Key"][len(self.prefix) :]] = entry["Size"]
+        return found
+
+    def read(self, name: str) -> bytes:
+        if not is_remote(self.url):
+            return Path(self.url, name).read_bytes()
+        return self.client().get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
+
+    def put(self, local: Path, name: str) -> None:
+        """``local``'s file as ``name`` under the store."""
+        if not is_remote(self.url):
+            target = Path(self.url, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, target)
+            return
+        self.client().upload_file(str(local), self.bucket, self.prefix + name)

@@ -1,0 +1,239 @@
+"""Streaming data: an experiment's splits written as LitData chunks to a folder or an object store
+(``optimize``), and read back through LitData's ``StreamingDataset`` and ``StreamingDataLoader``.
+
+The chunks are written in this process, in the data module's order, so the same data gives the same
+bytes; ``streaming.json``, written last, records every file's size and sha256, the data module's
+facts and a fingerprint of the whole. A reader checks the files against it before the first batch
+(a missing or cut-short chunk is named), and a resumed run checks the fingerprint against its
+checkpoint's. The loader's position is LitData's own state, which Lightning saves in every
+checkpoint and hands back on resume; LitData re-splits what remains of an epoch when the number of
+processes changes, and the resume says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.utilities import rank_zero_info
+from litdata import StreamingDataLoader, StreamingDataset, TokensLoader
+from litdata.streaming import Cache
+from tqdm import tqdm
+
+from projkit.data.stores import Store, join, said_in_one_line
+from projkit.errors import ConfigError
+from projkit.protocol import STREAM_ITEMS
+
+RECORD = "streaming.json"
+SPLITS = ("train", "val", "test")
+KINDS = ("items", "tokens")
+FORMAT = 1
+
+
+def write_splits(datamodule: Any, output: str, chunk_bytes: str = "64MB") -> dict[str, Any]:
+    """Every split of ``datamodule`` as chunks under ``output/<split>/``, then ``streaming.json``.
+
+    ``output`` must be empty: a destination holding other data is refused before anything is written.
+    """
+    store = Store(output)
+    with said_in_one_line(output, "--output"):
+        existing = store.sizes()
+    if existing:
+        raise ConfigError(
+            f"--output: '{output}' already holds {len(existing)} file(s) ({next(iter(existing))}, ...): "
+            "optimize writes into an empty folder or prefix. Choose a new one, or delete that one first."
+        )
+    items_of = STREAM_ITEMS.of(datamodule, "optimize")
+    kind = getattr(datamodule, "stream_kind", "items")
+    if kind not in KINDS:
+        raise ConfigError(f"{type(datamodule).__name__}.stream_kind is {kind!r}: one of {', '.join(KINDS)}.")
+    with tempfile.TemporaryDirectory(prefix="optimize-") as staging:
+        files: dict[str, dict[str, Any]] = {}
+        counts = {}
+        for split in SPLITS:
+            counts[split] = write_chunks(items_of(split), Path(staging), split, kind, chunk_bytes, files)
+        record = {
+            "format": FORMAT,
+            "kind": kind,
+            "facts": dict(getattr(datamodule, "stream_facts", {}) or {}),
+            "items": counts,
+            "files": files,
+            "fingerprint": fingerprint(files),
+        }
+        with said_in_one_line(output, "--output"):
+            for name in tqdm(sorted(files), desc=f"copying to {output}", unit="file", leave=False):
+                store.put(Path(staging, name), name)
+            Path(staging, RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            store.put(Path(staging, RECORD), RECORD)  # last: its presence says the rest is there
+    return record
+
+
+def write_chunks(
+    items: Iterable[Any], staging: Path, split: str, kind: str, chunk_bytes: str, files: dict[str, Any]
+) -> int:
+    """``items`` as LitData chunks in ``staging/split``, each file's size and sha256 put in ``files``;
+    the number of items.
+
+    LitData stamps its index with the time; the stamp is replaced by the chunks' own hash, so the
+    same items give the same bytes, and LitData's cache, keyed on the stamp, still tells two
+    different datasets at one URL apart.
+    """
+    folder = staging / split
+    loader = TokensLoader() if kind == "tokens" else None
+    cache = Cache(str(folder), chunk_bytes=chunk_bytes, item_loader=loader)
+    total = len(items) if hasattr(items, "__len__") else None
+    count = 0
+    for count, item in enumerate(tqdm(items, desc=f"optimize {split}", total=total, unit="item"), 1):
+        cache[count - 1] = item
+    cache.done()
+    cache.merge()
+    chunks = sorted(p for p in folder.iterdir() if p.name != "index.json")
+    index = json.loads((folder / "index.json").read_text())
+    index["updated_at"] = hashlib.sha256(b"".join(digest(p).encode() for p in chunks)).hexdigest()[:16]
+    (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
+    for path in sorted(folder.iterdir()):
+        files[f"{split}/{path.name}"] = {"bytes": path.stat().st_size, "sha256": digest(path)}
+    return count
+
+
+def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: str) -> dict[str, Any]:
+    """``optimize``: the data module's splits, prepared as for ``fit`` and ``test``, written under
+    ``output``; says where, and the key that trains from it."""
+    if getattr(getattr(datamodule, "hparams", {}), "get", lambda _: None)("stream_from"):
+        raise ConfigError(
+            "optimize: data.init_args.stream_from is set; optimize reads the experiment's own data. Unset it."
+        )
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    datamodule.setup("test")
+    record = write_splits(datamodule, output, chunk_bytes)
+    size = sum(f["bytes"] for f in record["files"].values())
+    counts = ", ".join(f"{split} {n}" for split, n in record["items"].items())
+    rank_zero_info(
+        f"optimize: wrote {counts} items ({len(record['files'])} files, {size / 1e6:.1f} MB) to '{output}'. "
+        f"Train on them with --data.init_args.stream_from={output}"
+    )
+    return record
+
+
+def digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def fingerprint(files: dict[str, dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
+    """``url``'s ``streaming.json``, its files checked present and whole by their sizes."""
+    store = Store(url)
+    with said_in_one_line(url, field):
+        sizes = store.sizes()
+        if RECORD not in sizes:
+            raise ConfigError(
+                f"{field}: '{url}' holds no {RECORD}: it is not (or not yet entirely) written by optimize. "
+                f"Write it with `optimize --config <experiment>.yaml --output {url}`."
+            )
+        record = json.loads(store.read(RECORD))
+    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("kind") not in KINDS:
+        raise ConfigError(f"{field}: '{url}/{RECORD}' is not one optimize writes: write the data again.")
+    for name, expected in sorted(record["files"].items()):
+        if sizes.get(name) != expected["bytes"]:
+            found = "missing" if name not in sizes else f"{sizes[name]} bytes of {expected['bytes']}"
+            raise ConfigError(
+                f"{field}: '{join(url, name)}' is {found}: the copy was cut short or changed. "
+                "Write the data again with optimize into an empty destination."
+            )
+    return record
+
+
+def open_splits(
+    url: str, seed: int, block_size: int | None = None, transform: Callable | None = None
+) -> tuple[dict[str, StreamingDataset], dict[str, Any]]:
+    """The training (shuffled by ``seed``), validation and test splits under ``url``, and its record.
+
+    ``block_size``: a token dataset's items are windows of that many tokens; ``transform`` applies
+    to every item (in the loader's workers, so it must be a module-level function)."""
+    record = read_record(url)
+    if (record["kind"] == "tokens") != (block_size is not None):
+        raise ConfigError(
+            f"data.stream_from: '{url}' holds {record['kind']} written by another kind of data module "
+            "than this one: write this experiment's data with optimize, or point at that experiment's."
+        )
+    splits = {}
+    for split in SPLITS:
+        loader = TokensLoader(block_size=block_size) if record["kind"] == "tokens" else None
+        with said_in_one_line(url, "data.stream_from"):
+            splits[split] = StreamingDataset(
+                join(url, split),
+                item_loader=loader,
+                shuffle=split == "train",
+                seed=seed,
+                drop_last=None if split == "train" else False,  # evaluation: every sample
+                transform=transform,
+            )
+    return splits, record
+
+
+def check_facts(stored: dict[str, Any], own: dict[str, Any], url: str) -> None:
+    """The data module's facts (classes, shape) must be those the chunks were written with."""
+    for key in sorted(stored.keys() & own.keys()):
+        if json.loads(json.dumps(stored[key])) != json.loads(json.dumps(own[key])):
+            raise ConfigError(
+                f"data.stream_from: '{url}' was written with {key} {stored[key]!r}, and this data module "
+                f"has {own[key]!r}: point at chunks of this experiment's data, or write them with optimize."
+            )
+
+
+def streaming_loader(dataset: StreamingDataset, batch_size: int, num_workers: int, pin_memory: bool) -> Any:
+    """LitData's loader: its position is state Lightning checkpoints and restores."""
+    return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
+
+
+def seed() -> int:
+    """The run's seed, as ``seed_everything`` left it: the shuffle is a function of it and the epoch."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+class StreamPosition:
+    """What a checkpoint records of a streamed run besides LitData's own loader state: which data
+    (the fingerprint) and how many processes read it, so a resume on changed data is refused and one
+    with another number of processes says that the rest of the epoch comes in another order."""
+
+    @staticmethod
+    def state_dict(record: dict[str, Any], trainer: Trainer | None) -> dict[str, Any]:
+        world_size = trainer.world_size if trainer is not None else 1
+        return {"stream": {"fingerprint": record["fingerprint"], "world_size": world_size}}
+
+    @staticmethod
+    def load_state_dict(
+        saved: dict[str, Any] | None, record: dict[str, Any], url: str, trainer: Trainer | None
+    ) -> None:
+        if not isinstance(saved, dict) or saved.get("fingerprint") != record["fingerprint"]:
+            raise ConfigError(
+                f"--ckpt_path: the checkpoint was trained on other data than '{url}' holds now (its "
+                "fingerprint differs): resume with the data it was trained on, or start a new run."
+            )
+        now = trainer.world_size if trainer is not None else 1
+        if saved.get("world_size") != now:
+            rank_zero_info(
+                f"Resuming with {now} process(es) where the checkpoint had {saved.get('world_size')}: "
+                "the rest of the epoch is split anew, no sample repeated or skipped, in another order."
+            )
+
+
+def split_window(window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A window of ``block_size + 1`` tokens as inputs and next-token targets, in int64."""
+    window = window.long()
+    return window[:-1], window[1:]
