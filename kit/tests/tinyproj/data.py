@@ -38,7 +38,8 @@ class Blobs(SplitLoaders, LightningDataModule):
     """``num_classes`` grey prototype images of ``image_size`` squared with noise, as uint8 in memory:
     learnable in a few steps. Training batches get noise from the global RNG on the device
     (``augment``); ``per_item`` serves them one by one through ``FlippedItems`` instead.
-    ``predict_path`` predicts on the image files of a folder."""
+    ``predict_path`` predicts on the image files of a folder; ``stream_from`` reads the splits from
+    the chunks ``optimize`` wrote."""
 
     mean = (0.5,)
     std = (0.25,)
@@ -55,6 +56,7 @@ class Blobs(SplitLoaders, LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         predict_path: str | None = None,
+        stream_from: str | None = None,
     ) -> None:
         super().__init__()
         checks.positive("num_classes", num_classes)
@@ -90,6 +92,9 @@ class Blobs(SplitLoaders, LightningDataModule):
             return
         if self.splits:
             return
+        if self.hparams.stream_from:
+            self.stream_splits(self.hparams.stream_from)
+            return
         generator = torch.Generator().manual_seed(self.hparams.split_seed)
         prototypes = torch.randint(0, 256, (self.num_classes, *self.input_shape), generator=generator)
         labels = torch.randint(0, self.num_classes, (self.hparams.samples,), generator=generator)
@@ -101,6 +106,14 @@ class Blobs(SplitLoaders, LightningDataModule):
         ]
         train = FlippedItems(parts[0]) if self.hparams.per_item else parts[0]
         self.splits = {"train": train, "val": parts[1], "test": parts[2]}
+
+    @property
+    def stream_facts(self) -> dict:
+        return {"classes": list(self.classes), "input_shape": list(self.input_shape)}
+
+    def stream_items(self, split: str) -> list:
+        dataset = self.splits[split]
+        return [(image, int(label)) for image, label in (dataset[i] for i in range(len(dataset)))]
 
     def setup_predict_files(self, folder: Path) -> None:
         paths = predict_files(folder)
