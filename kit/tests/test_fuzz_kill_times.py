@@ -30,16 +30,26 @@ ARGS = ("--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2", "--t
 RUN = Path("runs/classify/version_0")
 
 
-def fit_args(workdir: Path, event: int = 0, count_to: Path | None = None, at: str = "") -> list[str]:
+def fit_args(
+    workdir: Path, event: int = 0, count_to: Path | None = None, at: str = "", data: tuple[str, ...] = ()
+) -> list[str]:
     """The run's arguments, killed at its ``event``-th hook (``at``: "hook step", at that hook's
-    first call at that optimizer step instead)."""
+    first call at that optimizer step instead); ``data``: the data module's own."""
     killer = f"\n    - class_path: faults.KillAtEvent\n      init_args:\n        event: {event}\n"
     killer += f"        count_to: {count_to}\n" if count_to else ""
     if at:
         hook, step = at.split()
         killer += f"        hook: {hook}\n        step: {step}\n"
     (workdir / "overlay.yaml").write_text(OVERLAY + killer)
-    return ["fit", "--config", config("classify.yaml"), "--config", str(workdir / "overlay.yaml"), *ARGS]
+    return [
+        "fit",
+        "--config",
+        config("classify.yaml"),
+        "--config",
+        str(workdir / "overlay.yaml"),
+        *ARGS,
+        *data,
+    ]
 
 
 def rows(run: Path) -> Counter:
@@ -55,25 +65,42 @@ def rows(run: Path) -> Counter:
     )
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+def uninterrupted(workdir: Path, data: tuple[str, ...] = ()) -> tuple[Path, int]:
     """The run never killed, in this process, and how many hooks it saw."""
-    workdir = tmp_path_factory.mktemp("reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(workdir)
-        main(fit_args(workdir, count_to=workdir / "events"))
+        main(fit_args(workdir, count_to=workdir / "events", data=data))
     return workdir / RUN, int((workdir / "events").read_text())
 
 
-def killed_and_resumed(workdir: Path, reference: Path, **kill) -> tuple[bool, Counter, Counter]:
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    return uninterrupted(tmp_path_factory.mktemp("reference"))
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["streamed", "streamed-2-workers"])
+def streamed(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, tuple[str, ...]]:
+    """The run never killed on the data as streaming chunks (LitData's loader, ``num_workers``)."""
+    workdir = tmp_path_factory.mktemp("streamed")
+    main(["optimize", "--config", config("classify.yaml"), f"--output={workdir / 'chunks'}"])
+    data = (
+        f"--data.init_args.stream_from={workdir / 'chunks'}",
+        f"--data.init_args.num_workers={request.param}",
+    )
+    return *uninterrupted(workdir, data), data
+
+
+def killed_and_resumed(
+    workdir: Path, reference: Path, data: tuple[str, ...] = (), **kill
+) -> tuple[bool, Counter, Counter]:
     """Kill a run in ``workdir`` (``fit_args``' ``event`` or ``at``), resume it with ``--ckpt_path
     auto``: whether its final weights are the uninterrupted run's, and the rows lost and repeated."""
     workdir.mkdir()
-    killed = launch.run(fit_args(workdir, **kill), workdir, timeout=300)
+    killed = launch.run(fit_args(workdir, data=data, **kill), workdir, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(workdir)
-        main([*fit_args(workdir), "--ckpt_path=auto"])  # killed before its first checkpoint: starts
+        main([*fit_args(workdir, data=data), "--ckpt_path=auto"])  # killed before a checkpoint: starts
     resumed = max((workdir / RUN.parent).glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
     expected = torch.load(reference / "checkpoints" / "last.ckpt", weights_only=True)
     got = torch.load(resumed, weights_only=True)
@@ -86,14 +113,24 @@ def killed_and_resumed(workdir: Path, reference: Path, **kill) -> tuple[bool, Co
 
 @pytest.mark.slow
 def test_a_kill_at_a_random_moment_loses_nothing(reference, tmp_path: Path):
-    run, events = reference
+    kills_at_random_moments(*reference, (), KILLS, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_kill_at_a_random_moment_of_a_streamed_run_loses_nothing(streamed, tmp_path: Path):
+    kills_at_random_moments(*streamed, max(1, KILLS // 2), tmp_path)
+
+
+def kills_at_random_moments(
+    run: Path, events: int, data: tuple[str, ...], kills: int, tmp_path: Path
+) -> None:
     # Drawn from the system: the reference run seeded Python's generator.
     seed = int(os.environ.get("PROJ_KILL_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"PROJ_KILL_SEED={seed}: {KILLS} kills over {events} hooks")
-    draws = random.Random(seed).sample(range(1, events + 1), min(KILLS, events))
+    print(f"PROJ_KILL_SEED={seed}: {kills} kills over {events} hooks")
+    draws = random.Random(seed).sample(range(1, events + 1), min(kills, events))
     figures, wrong = Counter(), []
     for event in draws:
-        exact, lost, repeated = killed_and_resumed(tmp_path / f"kill{event}", run, event=event)
+        exact, lost, repeated = killed_and_resumed(tmp_path / f"kill{event}", run, data, event=event)
         figures.update(runs=1, exact=exact, runs_with_wrong_rows=bool(lost or repeated))
         figures.update(rows_lost=lost.total(), rows_repeated=repeated.total())
         if not exact or lost or repeated:

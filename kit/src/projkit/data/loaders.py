@@ -52,11 +52,13 @@ def _without_worker_hint(dataset: Dataset, prefix: str) -> None:
         library_warnings.whole_tensor_loader(f"{prefix}_dataloader")
 
 
-def streamed(dataset: Any, settings: Any) -> DataLoader:
+def streamed(dataset: Any, settings: Any, resume: dict[str, Any] | None = None) -> DataLoader:
     """LitData's loader of a streamed split, with the module's loader settings."""
     from projkit.data.streaming import streaming_loader
 
-    return streaming_loader(dataset, settings.batch_size, settings.num_workers, settings.pin_memory)
+    return streaming_loader(
+        dataset, settings.batch_size, settings.num_workers, settings.pin_memory, resume
+    )
 
 
 class SplitLoaders:
@@ -82,6 +84,7 @@ class SplitLoaders:
         streaming.check_facts(record["facts"], getattr(self, "stream_facts", None) or {}, url)
         self.splits.update(splits)
         self.stream = (url, record)
+        self.stream_position = streaming.StreamPosition()
         return record["facts"]
 
     def train_epoch_size(self) -> int | None:
@@ -91,7 +94,7 @@ class SplitLoaders:
     def train_dataloader(self) -> DataLoader:
         dataset, settings = self.splits["train"], self.hparams
         if self.stream is not None:
-            return streamed(dataset, settings)
+            return streamed(dataset, settings, self.stream_position.take())
         _without_worker_hint(dataset, "train")
         return self.train_order.loader(
             dataset,
@@ -121,9 +124,7 @@ class SplitLoaders:
 
     def state_dict(self) -> dict[str, Any]:
         if self.stream is not None:
-            from projkit.data.streaming import StreamPosition
-
-            return StreamPosition.state_dict(self.stream[1], self.trainer)
+            return self.stream_position.state_dict(self.stream[1], self.trainer)
         return self.train_order.state_dict(self.trainer)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -131,6 +132,7 @@ class SplitLoaders:
             from projkit.data.streaming import StreamPosition
 
             url, record = self.stream or ("data.stream_from (unset)", {"fingerprint": None})
-            StreamPosition.load_state_dict(state_dict.get("stream"), record, url, self.trainer)
+            position = self.stream_position if self.stream is not None else StreamPosition()
+            position.load_state_dict(state_dict.get("stream"), record, url, self.trainer)
             return
         self.train_order.load_state_dict(state_dict, self.trainer)

@@ -196,9 +196,44 @@ def check_facts(stored: dict[str, Any], own: dict[str, Any], url: str) -> None:
             )
 
 
-def streaming_loader(dataset: StreamingDataset, batch_size: int, num_workers: int, pin_memory: bool) -> Any:
-    """LitData's loader: its position is state Lightning checkpoints and restores."""
-    return StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
+class StreamingLoader(StreamingDataLoader):
+    """LitData's loader, started at ``resume`` (its state in a checkpoint) when given.
+
+    The kit restores the position itself: Lightning hands a loader its saved state only when the
+    loader is built after the checkpoint's loops are restored, and a learning-rate schedule sized by
+    ``estimated_stepping_batches`` builds it before. Epochs Lightning cuts short
+    (``limit_train_batches``) are handled too: LitData keeps replaying a restored position until an
+    epoch is read to its end, where an uninterrupted run starts the next epoch; and a checkpoint
+    written at a cut-short epoch's end would be continued, where it starts the next."""
+
+    def __init__(self, *args: Any, resume: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resumed_epoch_read = False
+        if resume and resume.get("epoch_done"):
+            self.current_epoch = resume["loader"]["current_epoch"]
+        elif resume:
+            self.load_state_dict(resume["loader"])
+
+    def __iter__(self) -> Any:
+        if self.resumed_epoch_read:  # the resumed epoch is over, however it ended
+            self.restore = self.resumed_epoch_read = False
+        restoring = self.restore
+        for batch in super().__iter__():  # a generator: an iter() without a batch changes nothing
+            self.resumed_epoch_read = restoring
+            yield batch
+
+
+def streaming_loader(
+    dataset: StreamingDataset,
+    batch_size: int,
+    num_workers: int,
+    pin_memory: bool,
+    resume: dict[str, Any] | None = None,
+) -> StreamingLoader:
+    """LitData's loader, from a checkpoint's position (``StreamPosition``) when given."""
+    return StreamingLoader(
+        dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory, resume=resume
+    )
 
 
 def seed() -> int:
@@ -207,30 +242,47 @@ def seed() -> int:
 
 
 class StreamPosition:
-    """What a checkpoint records of a streamed run besides LitData's own loader state: which data
-    (the fingerprint) and how many processes read it, so a resume on changed data is refused and one
-    with another number of processes says that the rest of the epoch comes in another order."""
+    """What a checkpoint records of a streamed run: the training loader's LitData state, which data
+    (the fingerprint), how many processes read it and whether the epoch was over. A resume on
+    changed data is refused, one with another number of processes says that the rest of the epoch
+    comes in another order, and one after an epoch's end starts the next."""
 
-    @staticmethod
-    def state_dict(record: dict[str, Any], trainer: Trainer | None) -> dict[str, Any]:
-        world_size = trainer.world_size if trainer is not None else 1
-        return {"stream": {"fingerprint": record["fingerprint"], "world_size": world_size}}
+    def __init__(self) -> None:
+        self.resumed: dict[str, Any] | None = None
 
-    @staticmethod
+    def state_dict(self, record: dict[str, Any], trainer: Trainer | None) -> dict[str, Any]:
+        loader = getattr(trainer, "train_dataloader", None) if trainer is not None else None
+        if not isinstance(loader, StreamingDataLoader):
+            return {}
+        batches = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        done = batches >= trainer.num_training_batches
+        position = {
+            "fingerprint": record["fingerprint"],
+            "world_size": trainer.world_size,
+            "epoch_done": done,
+        }
+        return {"stream": {**position, "loader": loader.state_dict()}}
+
     def load_state_dict(
-        saved: dict[str, Any] | None, record: dict[str, Any], url: str, trainer: Trainer | None
+        self, saved: dict[str, Any] | None, record: dict[str, Any], url: str, trainer: Trainer | None
     ) -> None:
         if not isinstance(saved, dict) or saved.get("fingerprint") != record["fingerprint"]:
             raise ConfigError(
                 f"--ckpt_path: the checkpoint was trained on other data than '{url}' holds now (its "
                 "fingerprint differs): resume with the data it was trained on, or start a new run."
             )
-        now = trainer.world_size if trainer is not None else 1
-        if saved.get("world_size") != now:
+        self.resumed = saved
+        now, then = trainer.world_size if trainer is not None else 1, saved.get("world_size")
+        if then != now and not saved.get("epoch_done"):
             rank_zero_info(
-                f"Resuming with {now} process(es) where the checkpoint had {saved.get('world_size')}: "
+                f"Resuming mid-epoch with {now} process(es) where the checkpoint had {then}: "
                 "the rest of the epoch is split anew, no sample repeated or skipped, in another order."
             )
+
+    def take(self) -> dict[str, Any] | None:
+        """The loaded checkpoint's position, once: for the first training loader built after it."""
+        resumed, self.resumed = self.resumed, None
+        return resumed
 
 
 def split_window(window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
