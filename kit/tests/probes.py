@@ -3,6 +3,7 @@ networks that trouble `export`."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -46,3 +47,20 @@ class ExportsOtherwise(MLP):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = super().forward(x)
         return logits + 1e-3 if torch.compiler.is_exporting() else logits
+
+
+class RecordSamples(Callback):
+    """Appends each training batch's samples to ``folder/rank<r>.txt`` as lines of ``epoch step
+    digest``: a sample's digest is its label and pixels (with ``augment`` off, the same wherever
+    and whenever it is read), so a test can count which samples an epoch saw, on every rank."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = Path(folder)
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx) -> None:
+        images, labels = batch
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / f"rank{trainer.global_rank}.txt", "a") as f:
+            for image, label in zip(images, labels, strict=True):
+                digest = hashlib.sha256(image.cpu().numpy().tobytes()).hexdigest()[:16]
+                f.write(f"{trainer.current_epoch} {trainer.global_step} {int(label)}-{digest}\n")

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,67 @@ def test_workers_stop_and_save_when_their_torchrun_agent_is_killed(workdir):
     assert "Received SIGTERM at step" in log, log[-3000:]
     saved = torch.load(workdir / "runs/classify/version_0/checkpoints/last.ckpt", weights_only=True)
     assert saved["global_step"] >= 3
+
+
+RECORDER = """
+    - class_path: probes.RecordSamples
+      init_args:
+        folder: {}
+"""
+
+
+def samples(folder: Path, epoch: int, before_step: int | None = None, after_step: int = -1) -> Counter:
+    """Each sample the ranks recorded in ``folder`` in ``epoch`` (at steps in the range), counted."""
+    seen = Counter()
+    for path in folder.glob("rank*.txt"):
+        for line in path.read_text().splitlines():
+            e, step, digest = line.split()
+            if int(e) == epoch and after_step < int(step) < (before_step or 2**31):
+                seen[digest] += 1
+    return seen
+
+
+@pytest.mark.slow
+def test_a_streamed_ddp_run_resumes_bit_identical_and_on_one_process_loses_and_repeats_no_sample(workdir):
+    chunks = workdir / "chunks"
+    main(["optimize", "--config", config("classify.yaml"), *ODD_SPLITS, f"--output={chunks}"])
+    data = (f"--data.init_args.stream_from={chunks}", "--data.init_args.augment=false")
+    reference = workdir / "reference"
+    reference.mkdir()
+    done = ddp_fit(
+        reference, "--test_after_fit=false", *data, overlay=PERIODIC + RECORDER.format(reference / "seen")
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = len(samples(reference / "seen", 0)) // 32 + 1  # batches of 16 per rank
+
+    killed = workdir / "killed"
+    killed.mkdir()
+    kill_step = steps + 5  # epoch 1, mid-way; its newest checkpoint is a step checkpoint before
+    overlay = PERIODIC + kill_at(kill_step, group=True) + RECORDER.format(killed / "seen")
+    result = ddp_fit(killed, "--test_after_fit=false", *data, overlay=overlay)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    resumed = ddp_fit(killed, "--test_after_fit=false", *data, "--ckpt_path=last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    states_equal(
+        reference / "runs/classify/version_0/checkpoints/last.ckpt",
+        killed / "runs/classify/version_0/checkpoints/last.ckpt",
+    )
+
+    # The same kill, resumed by one process: the epoch's samples each once, none lost, and it says so.
+    checkpoint = max(
+        (p for p in (killed / "runs/classify/version_0/checkpoints").glob("step*.ckpt")),
+        key=lambda p: torch.load(p, weights_only=True)["global_step"] if p.stat().st_size else -1,
+    )
+    saved_step = torch.load(checkpoint, weights_only=True)["global_step"]
+    (killed / "seen").rename(killed / "seen-before")
+    (workdir / "recorder.yaml").write_text("trainer:\n  callbacks+:" + RECORDER.format(killed / "seen-one"))
+    args = ["fit", "--config", config("classify.yaml"), "--config", str(workdir / "recorder.yaml"), *QUICK,
+            *data, "--test_after_fit=false", f"--ckpt_path={checkpoint}"]  # fmt: skip
+    one = launch.run(args, killed, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "Resuming mid-epoch with 1 process(es) where the checkpoint had 2" in one.stdout + one.stderr
+    before = samples(killed / "seen-before", 1, before_step=saved_step)
+    after = samples(killed / "seen-one", 1)
+    whole = samples(reference / "seen", 1)
+    assert not (before & after), f"{len(before & after)} samples read again after the resume"
+    assert before + after == whole, f"lost {len(whole - before - after)}, added {len(before + after - whole)}"

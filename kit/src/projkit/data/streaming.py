@@ -180,7 +180,9 @@ def open_splits(
                 item_loader=loader,
                 shuffle=split == "train",
                 seed=seed,
-                drop_last=None if split == "train" else False,  # evaluation: every sample
+                # Training: the same setting on any number of processes, so a resume may change it.
+                # Evaluation: every sample.
+                drop_last=split == "train",
                 transform=transform,
             )
     return splits, record
@@ -230,10 +232,12 @@ def streaming_loader(
     pin_memory: bool,
     resume: dict[str, Any] | None = None,
 ) -> StreamingLoader:
-    """LitData's loader, from a checkpoint's position (``StreamPosition``) when given."""
-    return StreamingLoader(
-        dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory, resume=resume
-    )
+    """LitData's loader, from a checkpoint's position (``StreamPosition``) when given. Its own seeded
+    generator makes the workers' base seed, so starting an epoch never draws from the global RNG
+    that dropout uses (a resumed run restores that RNG after its first batch is already fetched)."""
+    generator = torch.Generator().manual_seed(seed())
+    options = {"num_workers": num_workers, "pin_memory": pin_memory, "generator": generator}
+    return StreamingLoader(dataset, batch_size=batch_size, resume=resume, **options)
 
 
 def seed() -> int:
