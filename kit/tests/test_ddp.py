@@ -314,7 +314,11 @@ def samples(folder: Path, epoch: int, before_step: int | None = None, after_step
 def test_a_streamed_ddp_run_resumes_bit_identical_and_on_one_process_loses_and_repeats_no_sample(workdir):
     chunks = workdir / "chunks"
     main(["optimize", "--config", config("classify.yaml"), *ODD_SPLITS, f"--output={chunks}"])
-    data = (f"--data.init_args.stream_from={chunks}", "--data.init_args.augment=false")
+    data = (
+        f"--data.init_args.stream_from={chunks}",
+        "--data.init_args.augment=false",
+        "--data.init_args.num_workers=2",
+    )
     reference = workdir / "reference"
     reference.mkdir()
     done = ddp_fit(

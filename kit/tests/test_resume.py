@@ -146,6 +146,28 @@ def test_sigterm_run_resumes_bit_identical(task, step, where, uninterrupted, tmp
 
 
 @pytest.mark.slow
+def test_sigterm_streamed_run_resumes_bit_identical(tmp_path):
+    """The same on the data as streaming chunks read by two loader workers: LitData's position is
+    in last.ckpt, and the resume reads the rest of the epoch as the uninterrupted run did."""
+    main(["optimize", "--config", config("classify.yaml"), f"--output={tmp_path / 'chunks'}"])
+    data = (f"--data.init_args.stream_from={tmp_path / 'chunks'}", "--data.init_args.num_workers=2")
+    (tmp_path / "reference").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path / "reference")
+        main(fit_args(tmp_path / "reference", *data))
+    (tmp_path / "sigterm.yaml").write_text("trainer:\n  callbacks+:\n" + fault("SignalAtStep", step=9))
+    stopped = run_fit(tmp_path, "--config", str(tmp_path / "sigterm.yaml"), *data)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        main(fit_args(tmp_path, *data, "--ckpt_path=last"))
+    reference, resumed = tmp_path / "reference/runs/classify/version_0", tmp_path / "runs/classify/version_0"
+    expected, got = final_state(reference), final_state(resumed)
+    assert all(torch.equal(expected[key], got[key]) for key in expected), "other weights after the resume"
+    assert metric_rows(resumed) == metric_rows(reference), "logged steps duplicated or missing"
+
+
+@pytest.mark.slow
 def test_resume_with_nothing_to_resume_fails_clearly(workdir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", config("classify.yaml"), "--ckpt_path=last"])

@@ -6,8 +6,7 @@ are keys of their own there, so a config changes one setting without restating a
 data are chosen by ``class_path``, the data module's facts are linked into the model, the resolved
 config is written into the run's own directory, and ``fit`` can finish by testing its best checkpoint.
 ``export`` (``projkit.export``) turns a checkpoint into files a deployment runs without the template;
-``optimize`` writes the data as streaming chunks (``projkit.data.streaming``).
-"""
+``optimize`` writes the data as streaming chunks (``projkit.data.streaming``)."""
 
 from __future__ import annotations
 
@@ -172,8 +171,7 @@ class ProjectCLI(LightningCLI):
         """Only the subcommand the command line starts with, when it starts with one: building a
         subcommand's parser reads every class signature it may take (a tenth of a second each), and
         a command runs one. ``--help``, a misspelt subcommand or an option first get them all."""
-        every = {**LightningCLI.subcommands(), "export": {"model", "datamodule"}}
-        every["optimize"] = every["export"]
+        every = {**LightningCLI.subcommands(), **{c: {"model", "datamodule"} for c in ("export", "optimize")}}
         first = self.command_line[:1] if isinstance(self.command_line, (list, tuple)) else []
         return {name: every[name] for name in first if name in every} or every
 
@@ -307,9 +305,8 @@ class ProjectCLI(LightningCLI):
         }
         listed = config.trainer.get("callbacks") or []
         for index, callback in enumerate(listed if isinstance(listed, list) else [listed]):
-            found[f"trainer.callbacks[{index}] ({type(callback).__name__}).monitor"] = getattr(
-                callback, "monitor", None
-            )
+            name = f"trainer.callbacks[{index}] ({type(callback).__name__}).monitor"
+            found[name] = getattr(callback, "monitor", None)
         found["model.init_args.scheduler_monitor"] = getattr(self.model, "scheduler_monitor", None)
         if self.subcommand == "fit" and (pruning := OptunaPruning.from_environment()) is not None:
             found["metric (of the sweep config)"] = pruning.metric  # a misspelt one: refused at trial 0
