@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, Dataset
 
 from projkit import library_warnings
@@ -56,9 +57,7 @@ def streamed(dataset: Any, settings: Any, resume: dict[str, Any] | None = None) 
     """LitData's loader of a streamed split, with the module's loader settings."""
     from projkit.data.streaming import streaming_loader
 
-    return streaming_loader(
-        dataset, settings.batch_size, settings.num_workers, settings.pin_memory, resume
-    )
+    return streaming_loader(dataset, settings.batch_size, settings.num_workers, settings.pin_memory, resume)
 
 
 class SplitLoaders:
@@ -129,9 +128,11 @@ class SplitLoaders:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if self.stream is not None or "stream" in state_dict:
+            if getattr(getattr(self.trainer, "state", None), "fn", None) != TrainerFn.FITTING:
+                return  # an evaluation reads its splits whole: any data, the checkpoint's or other
             from projkit.data.streaming import StreamPosition
 
-            url, record = self.stream or ("data.stream_from (unset)", {"fingerprint": None})
+            url, record = self.stream or (None, {})
             position = self.stream_position if self.stream is not None else StreamPosition()
             position.load_state_dict(state_dict.get("stream"), record, url, self.trainer)
             return

@@ -268,9 +268,21 @@ class StreamPosition:
         return {"stream": {**position, "loader": loader.state_dict()}}
 
     def load_state_dict(
-        self, saved: dict[str, Any] | None, record: dict[str, Any], url: str, trainer: Trainer | None
+        self, saved: dict[str, Any] | None, record: dict[str, Any], url: str | None, trainer: Trainer | None
     ) -> None:
-        if not isinstance(saved, dict) or saved.get("fingerprint") != record["fingerprint"]:
+        """``saved``: the checkpoint's position, None when it was trained on data in memory; ``url``
+        and ``record``: the chunks read now, ``url`` None when none are."""
+        if url is None:
+            raise ConfigError(
+                "--ckpt_path: the checkpoint was trained on streamed chunks: resume it with the same "
+                "--data.init_args.stream_from, or start a new run."
+            )
+        if not isinstance(saved, dict):
+            raise ConfigError(
+                "--ckpt_path: the checkpoint was trained on the experiment's own data, not on chunks: "
+                "resume it without data.init_args.stream_from, or start a new run with it."
+            )
+        if saved.get("fingerprint") != record["fingerprint"]:
             raise ConfigError(
                 f"--ckpt_path: the checkpoint was trained on other data than '{url}' holds now (its "
                 "fingerprint differs): resume with the data it was trained on, or start a new run."
