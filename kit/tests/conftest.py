@@ -30,7 +30,6 @@ from projkit.testing.fixtures import (  # noqa: E402, F401 (the fixtures, made t
     debug,
     lightning_logs_to_the_session,
     longest_first,
-    s3_server,
     workdir,
 )
 from tinyproj import CONFIGS, PROJECT  # noqa: E402

@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import main
+from object_store import S3Server
 from projkit.testing import TINY_FIT, config
 
 CLASSIFY = ("--config", config("classify.yaml"))
@@ -58,6 +60,17 @@ def chunks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         for name in ("a", "b"):
             main(["optimize", *CLASSIFY, "--output", name])
     return root / "a", root / "b"
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """The S3 store, with a bucket ``data``, and the module's environment pointing boto3 and LitData
+    at it (endpoint, keys, its certificate authority, a chunk cache of the tests' own)."""
+    with S3Server(tmp_path_factory.mktemp("s3")) as server, pytest.MonkeyPatch.context() as patch:
+        for name, value in server.environment.items():
+            patch.setenv(name, value)
+        server.create_bucket("data")
+        yield server
 
 
 @pytest.fixture(scope="module")

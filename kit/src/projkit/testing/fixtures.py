@@ -3,8 +3,6 @@
 
 - ``debug`` (autouse where imported): in-process commands raise a user error as it was raised.
 - ``workdir``: the test runs in an empty folder of its own, where runs/ and data/ land.
-- ``s3_server`` (module): an S3 store on 127.0.0.1 (``projkit.testing.object_store``), its
-  settings in the environment for the module's tests, its bucket ``data`` made.
 - ``lightning_logs_to_the_session`` (autouse, session): Lightning's log handler on the session's
   standard error, not on the first test's captured one.
 
@@ -15,14 +13,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-
-if TYPE_CHECKING:
-    from projkit.testing.object_store import S3Server
 
 
 def one_thread_per_worker() -> None:
@@ -53,19 +47,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     or written by mistake."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """An S3 store for the module's tests, with a bucket ``data``: the environment points boto3 and
-    LitData at it (endpoint, keys, its certificate authority, a chunk cache of the test's own)."""
-    from projkit.testing.object_store import S3Server
-
-    with S3Server(tmp_path_factory.mktemp("s3")) as server, pytest.MonkeyPatch.context() as patch:
-        for name, value in server.environment.items():
-            patch.setenv(name, value)
-        server.create_bucket("data")
-        yield server
 
 
 @pytest.fixture(scope="session", autouse=True)

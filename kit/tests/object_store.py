@@ -1,12 +1,11 @@
-"""An S3 object store for a project's tests of streamed data: moto's S3 server on a free port of
-127.0.0.1, in a thread of the test's process, over HTTPS (a certificate of its own authority, made
-for the run) and checking every request's signature against a user it made, as a real store does.
+"""An S3 object store for the tests of streamed data: moto's S3 server on a free port of 127.0.0.1,
+in a thread of the test's process, over HTTPS (a certificate of its own authority, made for the run)
+and checking every request's signature against a user it made, as a real store does.
 
 HTTPS because LitData downloads chunks with obstore, which speaks no plain HTTP; the authority is
 trusted through ``AWS_CA_BUNDLE`` (boto3) and ``SSL_CERT_FILE`` (obstore). ``environment`` holds
 those, the endpoint, the user's keys, and a chunk cache under the test's folder (``LITDATA_CACHE_DIR``),
-not ~/.lightning. The ``s3_server`` fixture (``projkit.testing.fixtures``) puts them in the environment
-of a test module and makes a bucket ``data``.
+not ~/.lightning. Here, not in ``projkit.testing``: moto is no dependency of the kit.
 """
 
 from __future__ import annotations
