@@ -63,6 +63,7 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
+        self._client: Any = None
         if is_remote(url):
             bucket, _, prefix = self.url[len("s3://") :].partition("/")
             if not bucket:
@@ -70,9 +71,18 @@ class Store:
             self.bucket, self.prefix = bucket, f"{prefix}/" if prefix else ""
 
     def client(self) -> Any:
-        import boto3
+        """This store's S3 client, of a session of its own: the settings are read when the store is
+        first used, not frozen at the process's first S3 call (boto3's default session keeps those)."""
+        if self._client is None:
+            import boto3
 
-        return boto3.client("s3")
+            self._client = boto3.session.Session().client("s3")
+        return self._client
+
+    def plain_http(self) -> str | None:
+        """The endpoint, when S3 is reached over plain HTTP (``AWS_ENDPOINT_URL=http://...``)."""
+        endpoint = str(self.client().meta.endpoint_url) if is_remote(self.url) else ""
+        return endpoint if endpoint.startswith("http://") else None
 
     def sizes(self) -> dict[str, int]:
         """Every file under the store (its path below ``url``) and its size in bytes."""

@@ -164,7 +164,15 @@ def open_splits(
     """The training (shuffled by ``seed``), validation and test splits under ``url``, and its record.
 
     ``block_size``: a token dataset's items are windows of that many tokens; ``transform`` applies
-    to every item (in the loader's workers, so it must be a module-level function)."""
+    to every item (in the loader's workers, so it must be a module-level function). An object
+    store's chunks are cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when
+    first imported), else ~/.lightning/chunks."""
+    if endpoint := Store(url).plain_http():
+        raise ConfigError(
+            f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
+            "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
+            "trusted with AWS_CA_BUNDLE and SSL_CERT_FILE."
+        )
     record = read_record(url)
     if (record["kind"] == "tokens") != (block_size is not None):
         raise ConfigError(
@@ -177,6 +185,7 @@ def open_splits(
         with said_in_one_line(url, "data.stream_from"):
             splits[split] = StreamingDataset(
                 join(url, split),
+                cache_dir=os.environ.get("LITDATA_CACHE_DIR") or None,
                 item_loader=loader,
                 shuffle=split == "train",
                 seed=seed,
