@@ -27,6 +27,7 @@ LIGHTNING_PYTREE = r"lightning\.pytorch\.utilities\._pytree\Z"
 LIGHTNING_CSV_LOGS = r"lightning\.fabric\.loggers\.csv_logs\Z"
 LIGHTNING_SLURM = r"lightning\.fabric\.plugins\.environments\.slurm\Z"
 LIGHTNING_DATA_CONNECTOR = r"lightning\.pytorch\.trainer\.connectors\.data_connector\Z"
+LIGHTNING_DATA = r"lightning\.pytorch\.utilities\.data\Z"
 
 # (message, category, module), as ``warnings.filterwarnings`` takes them: the message a regular
 # expression matched at its start, the category with its subclasses.
@@ -51,6 +52,10 @@ SILENCED: tuple[tuple[str, type[Warning], str], ...] = (
     # starts its ranks itself); a job is `sbatch kit/scripts/slurm.sbatch ...`, which runs srun
     # (kit/docs/clusters.md). (PossibleUserWarning is a UserWarning.)
     (r"The `srun` command is available on your system but is not used", UserWarning, LIGHTNING_SLURM),
+    # Lightning 2.6.6 warns of any IterableDataset with a length that loader workers may read it twice:
+    # LitData's StreamingDataset (a streamed run, ``data.stream_from``) shards itself between workers
+    # and processes, and its length is what each reads. (PossibleUserWarning is a UserWarning.)
+    (r"Your `IterableDataset` has `__len__` defined", UserWarning, LIGHTNING_DATA),
 )
 
 # Lightning 2.6.6's adverts for its hosted services (litlogger, litmodels), logged as info lines.
