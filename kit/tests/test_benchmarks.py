@@ -7,6 +7,7 @@ activation checkpointing, the GPU proof's smoke)."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 import statistics
 
@@ -229,3 +230,61 @@ def test_serve_benchmark(benchmark, capsys):
     assert output.strip().splitlines()[-1] == (
         f"ratio {ratios['batching', 4]:.3f} (served with batching / direct onnxruntime, 4 clients)"
     )
+
+
+@pytest.mark.slow
+def test_streaming_benchmark(benchmark, capsys, workdir):
+    # 240 images at 1x and 10x, one round, the image folder at 1x only: every path read the same
+    # samples in every process (the script stops otherwise), the ratios are those of the printed
+    # figures, loader workers are counted where there are some, and the data written is removed.
+    data = workdir / "data"
+    args = ["--images=240", "--scales", "1", "10", "--workers", "0", "2", "--rounds=1", "--folder-cap=200"]
+    highest = benchmark("streaming").main([*args, f"--workdir={data}"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("10x: 2,400 images; chunks ") for line in lines), lines
+    assert any(
+        "NO image folder (2,000 training images > --folder-cap 200): not measured" in ln for ln in lines
+    )
+    peaks = {}
+    for scale, images in ((1, 200), (10, 2000)):
+        header = f"{scale}x: {images:,} training images read by each (the whole epoch), medians of 1 rounds:"
+        start = lines.index(header) + 1
+        section = list(itertools.takewhile(lambda line: line.startswith("  "), lines[start:]))
+        rows = streaming_rows(section)
+        paths = {("streaming", 0), ("streaming", 2), ("in memory", 0)}
+        assert set(rows) == paths | ({("image folder", 0), ("image folder", 2)} if scale == 1 else set())
+        for workers in (0, 2):
+            shown = next(line for line in section if line.startswith(f"  streaming, {workers} workers: "))
+            ratios = re.findall(r"([\d.]+)x (.+?), (\d) workers", shown)
+            assert len(ratios) == len(rows) - 2, shown  # one to each path but streaming's
+            for ratio, other, other_workers in ratios:
+                # Of the rates before they were printed to the unit: within what that rounding allows.
+                streaming, path = rows["streaming", workers][0], rows[other, int(other_workers)][0]
+                low, high = (streaming - 0.5) / (path + 0.5), (streaming + 0.5) / (path - 0.5)
+                assert low - 0.005 <= float(ratio) <= high + 0.005, shown
+        peaks[scale] = {workers: rows["streaming", workers][1] for workers in (0, 2)}
+    for workers in (0, 2):
+        small, large = peaks[1][workers], peaks[10][workers]
+        shown = (
+            f"peak memory, streaming, {workers} workers: 1x {small:,.1f} MiB, 10x {large:,.1f} MiB, ratio "
+        )
+        assert any(line.startswith(shown) for line in lines), lines
+    assert highest == pytest.approx(max(peaks[10][w] / peaks[1][w] for w in (0, 2)), abs=0.0015)
+    assert lines[-1] == f"ratio {highest:.3f} (streaming's peak memory, largest scale / 1x, highest)"
+    assert data.is_dir() and not any(data.iterdir())  # what it wrote is gone; the folder given stays
+
+
+def streaming_rows(section: list[str]) -> dict[tuple[str, int], tuple[float, float]]:
+    """Each path's samples/s and peak MiB, as the streaming benchmark prints them; the peak must be
+    the process's and its largest worker's, and a worker counted exactly where there are workers."""
+    row = r"  (.+?), (\d) workers +([\d,]+) samples/s  peak ([\d,.]+) MiB "
+    row += r"\(process ([\d,.]+) \+ largest worker ([\d,.]+);"
+    rows = {}
+    for line in section:
+        if found := re.match(row, line):
+            path, workers, *figures = found.groups()
+            rate, peak, process, worker = (float(figure.replace(",", "")) for figure in figures)
+            assert rate > 0 and peak == pytest.approx(process + worker, abs=0.15), line
+            assert (worker > 0) == (int(workers) > 0), line
+            rows[path, int(workers)] = (rate, peak)
+    return rows
