@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning.pytorch import seed_everything
 from projkit.testing import config
 
 from conftest import write_play
@@ -93,7 +92,6 @@ def test_a_streamed_text_needs_no_text_file_and_yields_next_token_windows(play_c
     data = TextDataModule("no/such/play.txt", url=None, block_size=16, batch_size=8, stream_from=url)
     assert data.vocab == "".join(sorted(set(text))), "the vocabulary comes from the chunks"
     data.setup("fit")
-    seed_everything(0)
     train_text = text[: int(len(text) * 0.9)]
     x, y = next(iter(data.train_dataloader()))
     assert x.shape == y.shape == (8, 16) and x.dtype == y.dtype == torch.long
@@ -103,7 +101,7 @@ def test_a_streamed_text_needs_no_text_file_and_yields_next_token_windows(play_c
 
 
 def test_the_small_gpt_trains_on_a_streamed_text(play_chunks, folder):
-    url, _ = play_chunks
+    url, text = play_chunks
     steps = ("--trainer.max_steps=3", "--trainer.val_check_interval=3", "--trainer.limit_val_batches=1",
              "--model.init_args.scheduler.init_args.warmup_steps=1")  # fmt: skip
     small = ("--model.init_args.net.init_args.n_layer=1", "--model.init_args.net.init_args.n_embd=32")
@@ -122,5 +120,6 @@ def test_the_small_gpt_trains_on_a_streamed_text(play_chunks, folder):
             *QUIET,
         ]
     )
+    assert cli.model.vocab == "".join(sorted(set(text))), "the network is sized by the chunks' vocabulary"
     assert cli.trainer.global_step == 3
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
