@@ -59,7 +59,8 @@ def images_and_labels(batches) -> Counter:
 
 
 def test_streamed_digits_are_the_in_memory_images_and_labels(digits_chunks):
-    """Every split, over a whole epoch: each image with its label, as many times as in memory."""
+    """Every split, over a whole epoch: each image with its label, as many times as in memory; a
+    training epoch leaves out its last partial batch (the same on any number of processes)."""
     memory = DigitsDataModule(batch_size=64)
     streamed = DigitsDataModule(batch_size=64, stream_from=digits_chunks)
     memory.setup("fit")
@@ -73,15 +74,20 @@ def test_streamed_digits_are_the_in_memory_images_and_labels(digits_chunks):
         dataset = memory.splits[split]
         expected = images_and_labels([(dataset.images, dataset.labels)])
         assert sum(expected.values()) == len(dataset)
-        assert images_and_labels(loader) == expected, split
+        got = images_and_labels(loader)
+        if split == "train":
+            assert not got - expected and sum((expected - got).values()) == len(dataset) % 64, split
+        else:
+            assert got == expected, split
 
 
 @pytest.mark.slow
 def test_streamed_digits_reach_the_in_memory_accuracy_bar(digits_chunks):
     """The shipped experiment and seed, from the chunks: the bar test_training.py holds the in-memory
     digits to (measured, seed 42: test/acc 0.9972 streamed, 0.9944 in memory)."""
+    # 8 epochs clear the bar too (0.9889 streamed, 0.9861 in memory), at a quarter of the time.
     stream = f"--data.init_args.stream_from={digits_chunks}"
-    cli = main(["fit", "--config", config("digits.yaml"), stream, *QUIET])
+    cli = main(["fit", "--config", config("digits.yaml"), stream, "--trainer.max_epochs=8", *QUIET])
     assert cli.datamodule.stream is not None, "the run read the chunks"
     assert cli.trainer.callback_metrics["test/acc"] >= 0.97
     assert cli.trainer.callback_metrics["test/f1"] >= 0.97
