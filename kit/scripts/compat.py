@@ -46,6 +46,7 @@ HELD = ("torch", "torchvision")
 DEFAULT_PYTEST = ("-n", "auto", "--maxprocesses=4", "--dist", "loadfile", "-p", "no:randomly")
 TESTS = ("-m", "not slow", "kit/tests")
 REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*([^;]*)")
+EXTRAS = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])")
 PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
 # pytest's last line: "== 3 failed, 246 passed, 51 warnings in 70.12s (0:01:10) ==".
 SUMMARY = re.compile(r"^=+ (.* in [\d.]+s.*?) =+$")
@@ -89,10 +90,11 @@ def declared(root: Path) -> dict[str, dict[str, str]]:
     return ranges
 
 
-def locked(lock: dict, names: list[str]) -> list[str]:
-    """Requirement lines that hold each of ``names`` at uv.lock's version. Where the lock holds several
-    versions of one (torch 2.14.1 for Python 3.10, 2.15.0 above), each comes with the markers the lock
-    chose it under, so uv picks the one for the environment's Python as ``uv sync`` would."""
+def locked(lock: dict, names: list[str], extras: dict[str, str] | None = None) -> list[str]:
+    """Requirement lines that hold each of ``names`` at uv.lock's version, with its ``extras`` (by
+    normalized name: ``{'moto': '[server]'}``). Where the lock holds several versions of one (torch
+    2.14.1 for Python 3.10, 2.15.0 above), each comes with the markers the lock chose it under, so uv
+    picks the one for the environment's Python as ``uv sync`` would."""
     wanted = {normalize(name) for name in names}
     packages = [package for package in lock["package"] if normalize(package["name"]) in wanted]
     missing = wanted - {normalize(package["name"]) for package in packages}
@@ -100,17 +102,20 @@ def locked(lock: dict, names: list[str]) -> list[str]:
         raise ValueError(f"uv.lock holds no {', '.join(sorted(missing))}: run `uv lock`")
     lines = []
     for package in packages:
-        line = f"{package['name']}=={package['version']}"
+        line = f"{package['name']}{(extras or {}).get(normalize(package['name']), '')}=={package['version']}"
         if markers := package.get("resolution-markers"):
             line += " ; " + " or ".join(f"({marker})" for marker in markers)
         lines.append(line)
     return lines
 
 
-def dev_tools(root: Path) -> list[str]:
-    """The names in the root pyproject's ``dev`` group: pytest, its plugins, the tools the tests use."""
+def dev_tools(root: Path) -> tuple[list[str], dict[str, str]]:
+    """The names in the root pyproject's ``dev`` group (pytest, its plugins, the tools the tests use),
+    and the extras it asks of them (``moto[server]``: the S3 server the streaming tests start)."""
     groups = read_toml(root / "pyproject.toml").get("dependency-groups", {})
-    return [requirement(line)[0] for line in groups.get("dev", []) if isinstance(line, str)]
+    lines = [line for line in groups.get("dev", []) if isinstance(line, str)]
+    extras = {normalize(found[1]): found[2] for line in lines if (found := EXTRAS.match(line))}
+    return [requirement(line)[0] for line in lines], extras
 
 
 def inputs(root: Path, folder: Path) -> tuple[Path, Path]:
@@ -119,7 +124,7 @@ def inputs(root: Path, folder: Path) -> tuple[Path, Path]:
     constraints rather than overrides: a range that excludes the lock's torch is an error to see)."""
     lock = read_toml(root / "uv.lock")
     folder.mkdir(exist_ok=True)
-    wanted = [f"-e {root / 'kit'}", f"-e {root}", *locked(lock, dev_tools(root))]
+    wanted = [f"-e {root / 'kit'}", f"-e {root}", *locked(lock, *dev_tools(root))]
     requirements, constraints = folder / "requirements.in", folder / "constraints.txt"
     requirements.write_text("\n".join(wanted) + "\n", encoding="utf-8")
     constraints.write_text("\n".join(locked(lock, list(HELD))) + "\n", encoding="utf-8")

@@ -237,8 +237,11 @@ def test_streaming_benchmark(benchmark, capsys, workdir):
     # 240 images at 1x and 10x, one round, the image folder at 1x only: every path read the same
     # samples in every process (the script stops otherwise), the ratios are those of the printed
     # figures, loader workers are counted where there are some, and the data written is removed.
+    # Batches of 25: 200 training images are whole batches for 2 workers, so a streamed epoch (which
+    # leaves out a last partial batch) reads them all.
     data = workdir / "data"
     args = ["--images=240", "--scales", "1", "10", "--workers", "0", "2", "--rounds=1", "--folder-cap=200"]
+    args.append("--batch=25")
     highest = benchmark("streaming").main([*args, f"--workdir={data}"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert any(line.startswith("10x: 2,400 images; chunks ") for line in lines), lines

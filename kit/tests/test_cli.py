@@ -159,7 +159,8 @@ def test_help_names_the_command_and_every_subcommand(capsys):
     shown = capsys.readouterr().out
     assert shown.startswith("usage: python -m tinyproj ")
     listed = dict(re.findall(r"^    (\w+) +(.+)$", shown, re.M))
-    assert set(listed) == {"fit", "validate", "test", "predict", "export", "sweep", "serve"}, shown
+    commands = {"fit", "validate", "test", "predict", "export", "optimize", "sweep", "serve"}
+    assert set(listed) == commands, shown
     assert all(line.endswith(".") for line in listed.values()), listed  # each said in full, on its line
     with pytest.raises(SystemExit):
         main(["fit", "--help"])

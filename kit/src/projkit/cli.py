@@ -110,7 +110,7 @@ SUBCOMMANDS = {
     "test": "Evaluate a checkpoint on the test set.",
     "predict": "Predict with a checkpoint into predictions.csv.",
     "export": "Export a checkpoint: ONNX, torch.export, model.json.",
-    "optimize": "Write the data's splits as streaming chunks to a folder or s3://.",
+    "optimize": "Write the data as streaming chunks (LitData).",
     "sweep": "Run an Optuna sweep; each trial is a fit.",
     "serve": "Serve an export over HTTP: answers as predict does.",
 }
