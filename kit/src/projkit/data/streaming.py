@@ -3,11 +3,12 @@
 
 The chunks are written in this process, in the data module's order, so the same data gives the same
 bytes; ``streaming.json``, written last, records every file's size and sha256, the data module's
-facts and a fingerprint of the whole. A reader checks the files against it before the first batch
-(a missing or cut-short chunk is named), and a resumed run checks the fingerprint against its
-checkpoint's. The loader's position is LitData's own state, which Lightning saves in every
-checkpoint and hands back on resume; LitData re-splits what remains of an epoch when the number of
-processes changes, and the resume says so.
+facts and a fingerprint of the whole. A reader checks the files' sizes against it before the first
+batch (a missing or cut-short chunk is named), and a resumed run checks the fingerprint against its
+checkpoint's. The loader's position is LitData's own state, which the data module's checkpoint
+state carries and the kit hands to the resumed loader (``StreamPosition``, ``StreamingLoader``);
+LitData re-splits what remains of an epoch when the number of processes changes, and the resume
+says so.
 """
 
 from __future__ import annotations
@@ -95,19 +96,20 @@ def write_chunks(
         cache[count - 1] = item
     cache.done()
     cache.merge()
-    chunks = sorted(p for p in folder.iterdir() if p.name != "index.json")
+    digests = {p.name: digest(p) for p in sorted(folder.iterdir()) if p.name != "index.json"}
     index = json.loads((folder / "index.json").read_text())
-    index["updated_at"] = hashlib.sha256(b"".join(digest(p).encode() for p in chunks)).hexdigest()[:16]
+    index["updated_at"] = hashlib.sha256("".join(digests.values()).encode()).hexdigest()[:16]
     (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
-    for path in sorted(folder.iterdir()):
-        files[f"{split}/{path.name}"] = {"bytes": path.stat().st_size, "sha256": digest(path)}
+    digests["index.json"] = digest(folder / "index.json")
+    for name in sorted(digests):
+        files[f"{split}/{name}"] = {"bytes": (folder / name).stat().st_size, "sha256": digests[name]}
     return count
 
 
 def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: str) -> dict[str, Any]:
     """``optimize``: the data module's splits, prepared as for ``fit`` and ``test``, written under
     ``output``; says where, and the key that trains from it."""
-    if getattr(getattr(datamodule, "hparams", {}), "get", lambda _: None)("stream_from"):
+    if (getattr(datamodule, "hparams", None) or {}).get("stream_from"):
         raise ConfigError(
             "optimize: data.init_args.stream_from is set; optimize reads the experiment's own data. Unset it."
         )
