@@ -21,12 +21,13 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule, Trainer, seed_everything
+from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
 from projkit import strict_yaml
 from projkit.cli import ProjectCLI
 from projkit.context import use
-from projkit.optim import WarmupCosineLR, param_groups
+from projkit.optim import WarmupCosineLR, fused_where_supported, param_groups
 from projkit.project import Project, of_checkout
 from projkit.task import TaskModule
 
@@ -206,7 +207,7 @@ class PlainStep:
         self.device = trainer.strategy.root_device
         self.net = model.net.to(self.device).train()
         self.loss = model.loss  # the task's own loss, applied to the network's output
-        self.optimizer = model.optimizer(param_groups(self.net))
+        self.optimizer = hand_written_optimizer(model, self.net, self.device)
         self.scheduler = model.scheduler(self.optimizer) if model.scheduler is not None else None
         if isinstance(self.scheduler, WarmupCosineLR) and self.scheduler.total_steps is None:
             self.scheduler.total_steps = total_steps
@@ -223,6 +224,14 @@ class PlainStep:
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
+
+
+def hand_written_optimizer(model: TaskModule, net: torch.nn.Module, device: torch.device) -> Optimizer:
+    """The recipe's optimizer as nanoGPT builds it by hand: on the parameter groups, torch's fused
+    AdamW on CUDA, torch's default elsewhere (the kit picks the fused kernel on a CPU too)."""
+    groups = param_groups(net)
+    optimizer = model.optimizer([dict(group) for group in groups])
+    return fused_where_supported(optimizer, groups) if device.type == "cuda" else optimizer
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

@@ -4,16 +4,17 @@ the experiment's config.
 
 It builds the experiment's model and data module as the project's command line builds them
 (``main(["--config", ...], run=False)``: the config over the project's defaults, the data's facts
-linked into the network, seeded), so that it names no network or data class of its own, then
-trains that network in a loop of its own: the data module's training batches (its loader, sampler
-and device-side transforms, as ``fit`` gets them), the model's loss, its optimizer on
-``projkit.optim``'s parameter groups and its schedule, the config's steps (or epochs), gradient
-clipping, precision, validation cadence and batches, early stopping patience on ``val/loss``, and,
-for a model that samples after each validation (a ``log_samples`` method: the template's language
-model), the same samples. It saves a checkpoint (weights, optimizer, schedule, step) whenever
-``val/loss`` improves and the last one at the end, logs the training loss every
-``log_every_n_steps`` steps to ``metrics.csv``, then tests the best checkpoint's weights on the
-test split: what a user gets from ``fit``, written the short way::
+linked into the network, seeded), so that it names no network or data class of its own, then trains
+that network in a loop of its own: the data module's training batches (its loader, sampler and
+device-side transforms, as ``fit`` gets them), the model's loss, its optimizer on
+``projkit.optim``'s parameter groups as nanoGPT builds it (torch's fused AdamW on CUDA, torch's
+default on a CPU, where the kit's ``fit`` takes the fused one too) and its schedule, the config's
+steps (or epochs), gradient clipping, precision, validation cadence and batches, early stopping
+patience on ``val/loss``, and, for a model that samples after each validation (a ``log_samples``
+method: the template's language model), the same samples. It saves a checkpoint (weights, optimizer,
+schedule, step) whenever ``val/loss`` improves and the last one at the end, logs the training loss
+every ``log_every_n_steps`` steps to ``metrics.csv``, then tests the best checkpoint's weights on
+the test split: what a user gets from ``fit``, written the short way::
 
     python kit/benchmarks/plain_fit.py --experiment shakespeare_char_cpu --out /tmp/plain
     python kit/benchmarks/plain_fit.py --experiment shakespeare_char --device cuda --out /tmp/plain
@@ -47,8 +48,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common import autocast, build, cli_args, device_batches
-from projkit.optim import WarmupCosineLR, param_groups
+from common import autocast, build, cli_args, device_batches, hand_written_optimizer
+from projkit.optim import WarmupCosineLR
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -190,7 +191,7 @@ def run(
     samples = hasattr(model, "log_samples") and getattr(model, "num_samples", 1) > 0
     model.trainer = trainer  # what log_samples reads: the step, the (no) loggers, the folder
 
-    optimizer = model.optimizer(param_groups(net))
+    optimizer = hand_written_optimizer(model, net, device)
     scheduler = model.scheduler(optimizer) if model.scheduler is not None else None
     if isinstance(scheduler, WarmupCosineLR) and scheduler.total_steps is None:
         scheduler.total_steps = max_steps

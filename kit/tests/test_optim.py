@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from conftest import main
-from projkit.optim import WarmupCosineLR, param_groups
+from projkit.optim import WarmupCosineLR, fused_where_supported, param_groups
 from projkit.testing import config
 from tinyproj.models import Classifier
 from tinyproj.nets import MLP
@@ -41,6 +42,48 @@ def test_frozen_parameters_are_left_out_of_the_optimizer():
     groups = param_groups(net)
     in_optimizer = {id(p) for g in groups for p in g["params"]}
     assert in_optimizer == {id(p) for p in head.parameters()}
+
+
+def test_fused_adamw_updates_as_the_default_does_and_takes_its_checkpoint():
+    """The fused kernel the kit picks agrees with torch's default to rounding, keeps the groups'
+    decay, and resumes from an optimizer state the default wrote (a run of an earlier kit)."""
+    torch.manual_seed(0)
+    net = MLP(input_shape=(1, 4, 4), num_classes=3)
+    groups = param_groups(net)
+    start = [p.detach().clone() for p in net.parameters()]
+    default = torch.optim.AdamW([dict(g) for g in groups], lr=0.01, weight_decay=0.1)
+    twin = MLP(input_shape=(1, 4, 4), num_classes=3)
+    twin.load_state_dict(net.state_dict())
+    net.eval(), twin.eval()  # no dropout: the same gradients on both sides
+    twin_groups = param_groups(twin)
+    unfused = torch.optim.AdamW([dict(g) for g in twin_groups], lr=0.01, weight_decay=0.1)
+    fused = fused_where_supported(unfused, twin_groups)
+    assert fused.defaults["fused"] is True and [g["weight_decay"] for g in fused.param_groups] == [0.1, 0.0]
+    for step in range(6):
+        x = torch.randn(8, 1, 4, 4)
+        for model, optimizer in ((net, default), (twin, fused)):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+        if step == 2:  # the fused one resumes from the default's state
+            fused.load_state_dict(copy.deepcopy(default.state_dict()))  # as read from a file
+            twin.load_state_dict(net.state_dict())
+    for a, b in zip(net.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(not torch.equal(p, s) for p, s in zip(net.parameters(), start, strict=True))
+
+
+def test_fused_is_picked_only_for_torchs_adam_unless_the_config_chose():
+    net = MLP(input_shape=(1, 4, 4), num_classes=3)
+    groups = param_groups(net)
+
+    def built(cls: type, **kwargs) -> torch.optim.Optimizer:
+        return fused_where_supported(cls([dict(g) for g in groups], lr=0.01, **kwargs), groups)
+
+    assert built(torch.optim.Adam).defaults["fused"] is True
+    assert built(torch.optim.AdamW, fused=False).defaults["fused"] is False
+    assert built(torch.optim.AdamW, foreach=True).defaults["fused"] is None
+    assert built(torch.optim.SGD).defaults["fused"] is None
 
 
 def lr_curve(steps: int, **kwargs) -> list[float]:
@@ -78,6 +121,8 @@ def test_schedule_spans_the_trainers_optimizer_steps(workdir):
         ]
     )
     scheduler = cli.trainer.lr_scheduler_configs[0].scheduler
+    assert scheduler.optimizer is cli.trainer.optimizers[0]
+    assert cli.trainer.optimizers[0].defaults["fused"] is True  # torch's fused AdamW on the CPU
     assert scheduler.total_steps == 6  # 3 epochs x 4 batches / 2 accumulated
     assert cli.trainer.global_step == 6
     final_lr = cli.trainer.optimizers[0].param_groups[0]["lr"]

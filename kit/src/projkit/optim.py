@@ -1,9 +1,14 @@
-"""Optimizer parameter groups and the default learning-rate schedule."""
+"""Optimizer parameter groups, torch's fused Adam kernels, and the default learning-rate schedule."""
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any
 
+import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -24,6 +29,45 @@ def param_groups(module: nn.Module) -> list[dict]:
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     return [{"params": decay, "name": "decay"}, {"params": no_decay, "weight_decay": 0.0, "name": "no_decay"}]
+
+
+# torch's optimizers whose fused kernel the kit picks, and the devices it picks it on.
+FUSED_OPTIMIZERS = (torch.optim.Adam, torch.optim.AdamW)
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def fused_where_supported(optimizer: Optimizer, groups: list[dict[str, Any]]) -> Optimizer:
+    """``optimizer`` built again on torch's fused kernel, when it is torch's ``Adam`` or ``AdamW``, its
+    config chose no implementation (``fused`` and ``foreach`` unset) and every parameter is a plain
+    tensor on a CPU or CUDA device; else ``optimizer`` as it is. ``groups``: the groups it was
+    built from, unchanged (torch fills in the ones it is given).
+
+    The fused kernel updates every parameter in one pass: on a CPU torch's default updates them one
+    after another (the character GPT's update: 6.6 ms against 2.4 ms). The updates agree with the
+    default's to rounding; ``fused: false`` (or ``foreach``) in the optimizer's ``init_args`` keeps
+    torch's default. Lightning refuses to clip for a fused optimizer under mixed precision, so
+    ``TaskModule`` keeps the default there (``clips_under_mixed_precision``)."""
+    defaults = optimizer.defaults
+    if type(optimizer) not in FUSED_OPTIMIZERS or defaults.get("differentiable"):
+        return optimizer
+    if defaults.get("fused") is not None or defaults.get("foreach") is not None:
+        return optimizer
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    plain = all(type(p.data) is torch.Tensor and p.device.type in FUSED_DEVICES for p in params)
+    if not params or not plain:
+        return optimizer
+    accepted = inspect.signature(type(optimizer)).parameters
+    settings = {key: value for key, value in defaults.items() if key in accepted}
+    try:
+        return type(optimizer)(groups, **{**settings, "fused": True})
+    except (RuntimeError, ValueError):  # a dtype or device this torch has no fused kernel for
+        return optimizer
+
+
+def clips_under_mixed_precision(trainer: Trainer) -> bool:
+    """Whether ``trainer`` clips gradients under mixed precision, where Lightning refuses an
+    optimizer that unscales gradients itself, as fused ones do (for ``bf16-mixed`` too)."""
+    return isinstance(trainer.precision_plugin, MixedPrecision) and bool(trainer.gradient_clip_val)
 
 
 class WarmupCosineLR(LRScheduler):

@@ -20,7 +20,7 @@ from projkit.errors import ConfigError
 from projkit.internals.lightning import step_results
 from projkit.internals.torchmetrics import forward_value, set_forward_value
 from projkit.moved_classes import warn_of_old_paths, with_new_paths
-from projkit.optim import WarmupCosineLR, param_groups
+from projkit.optim import WarmupCosineLR, clips_under_mixed_precision, fused_where_supported, param_groups
 from projkit.reliability import loads_weights_only
 
 
@@ -171,7 +171,9 @@ class TaskModule(LightningModule):
         groups = param_groups(self)
         if self._lr is not None:
             groups = [{**group, "lr": self._lr} for group in groups]
-        optimizer = self.optimizer(groups)
+        optimizer = self.optimizer([dict(group) for group in groups])
+        if not clips_under_mixed_precision(self.trainer):
+            optimizer = fused_where_supported(optimizer, groups)
         if self.scheduler is None:
             return optimizer
         scheduler = self.scheduler(optimizer)
