@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from projkit.data.stores import Store, join, said_in_one_line
 from projkit.errors import ConfigError
+from projkit.internals import litdata as litdata_seam
 from projkit.protocol import STREAM_ITEMS
 
 RECORD = "streaming.json"
@@ -228,14 +229,15 @@ class StreamingLoader(StreamingDataLoader):
         super().__init__(*args, **kwargs)
         self.resumed_epoch_read = False
         if resume and resume.get("epoch_done"):
-            self.current_epoch = resume["loader"]["current_epoch"]
+            litdata_seam.resume_epoch_end(self, resume["loader"]["current_epoch"])
         elif resume:
             self.load_state_dict(resume["loader"])
 
     def __iter__(self) -> Any:
         if self.resumed_epoch_read:  # the resumed epoch is over, however it ended
-            self.restore = self.resumed_epoch_read = False
-        restoring = self.restore
+            litdata_seam.end_restore(self)
+            self.resumed_epoch_read = False
+        restoring = litdata_seam.restoring(self)
         for batch in super().__iter__():  # a generator: an iter() without a batch changes nothing
             self.resumed_epoch_read = restoring
             yield batch
