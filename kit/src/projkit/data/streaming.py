@@ -40,12 +40,13 @@ FORMAT = 1
 SHUFFLE_WINDOW = 256  # items LitData shuffles among within a chunk, and decodes together
 
 
-def write_splits(datamodule: Any, output: str, chunk_bytes: str = "64MB") -> dict[str, Any]:
+def write_splits(datamodule: Any, output: str, chunk_bytes: int | str = "64MB") -> dict[str, Any]:
     """Every split of ``datamodule`` as chunks under ``output/<split>/``, then ``streaming.json``.
 
     ``output`` must be empty: a destination holding other data is refused before anything is written.
     """
-    store = Store(output)
+    chunk_bytes = chunk_size(chunk_bytes)
+    store = Store(output, "--output")
     with said_in_one_line(output, "--output"):
         existing = store.sizes()
     if existing:
@@ -79,7 +80,7 @@ def write_splits(datamodule: Any, output: str, chunk_bytes: str = "64MB") -> dic
 
 
 def write_chunks(
-    items: Iterable[Any], staging: Path, split: str, kind: str, chunk_bytes: str, files: dict[str, Any]
+    items: Iterable[Any], staging: Path, split: str, kind: str, chunk_bytes: int, files: dict[str, Any]
 ) -> int:
     """``items`` as LitData chunks in ``staging/split``, each file's size and sha256 put in ``files``;
     the number of items.
@@ -107,9 +108,26 @@ def write_chunks(
     return count
 
 
-def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: str) -> dict[str, Any]:
+def chunk_size(value: int | str) -> int:
+    """``--chunk_bytes`` as the positive number of bytes LitData's writer is given: a whole number of
+    bytes, or a number and a unit read as LitData reads them (``64MB``, ``1.5GB``, ``512k``).
+    Anything else is refused in one line, before anything is read or written, not as LitData's
+    traceback (or a chunk of 0 bytes) once the data is prepared."""
+    text = str(value).strip()
+    size = int(text) if text.isascii() and text.isdigit() else litdata_seam.bytes_of(text)
+    if size is None or size <= 0:
+        raise ConfigError(
+            f"--chunk_bytes: {value!r} is no positive size: give a number of bytes (e.g. 67108864) or "
+            "a number and a unit, KB, MB, GB or TB (e.g. 64MB)."
+        )
+    return size
+
+
+def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: int | str) -> dict[str, Any]:
     """``optimize``: the data module's splits, prepared as for ``fit`` and ``test``, written under
     ``output``; says where, and the key that trains from it."""
+    chunk_size(chunk_bytes)  # both refused before the data is downloaded and prepared
+    Store(output, "--output")
     if (getattr(datamodule, "hparams", None) or {}).get("stream_from"):
         raise ConfigError(
             "optimize: data.init_args.stream_from is set; optimize reads the experiment's own data. Unset it."
@@ -141,7 +159,7 @@ def fingerprint(files: dict[str, dict[str, Any]]) -> str:
 
 def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
     """``url``'s ``streaming.json``, its files checked present and whole by their sizes."""
-    store = Store(url)
+    store = Store(url, field)
     with said_in_one_line(url, field):
         sizes = store.sizes()
         if RECORD not in sizes:
@@ -171,7 +189,7 @@ def open_splits(
     to every item (in the loader's workers, so it must be a module-level function). An object
     store's chunks are cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when
     first imported), else ~/.lightning/chunks."""
-    if endpoint := Store(url).plain_http():
+    if endpoint := Store(url, "data.stream_from").plain_http():
         raise ConfigError(
             f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
             "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
