@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from projkit.data.stores import Store, join, said_in_one_line
 from projkit.errors import ConfigError
+from projkit.files import sha256_of
 from projkit.internals import litdata as litdata_seam
 from projkit.protocol import STREAM_ITEMS
 
@@ -98,11 +99,11 @@ def write_chunks(
         cache[count - 1] = item
     cache.done()
     cache.merge()
-    digests = {p.name: digest(p) for p in sorted(folder.iterdir()) if p.name != "index.json"}
+    digests = {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.name != "index.json"}
     index = json.loads((folder / "index.json").read_text())
     index["updated_at"] = hashlib.sha256("".join(digests.values()).encode()).hexdigest()[:16]
     (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
-    digests["index.json"] = digest(folder / "index.json")
+    digests["index.json"] = sha256_of(folder / "index.json")
     for name in sorted(digests):
         files[f"{split}/{name}"] = {"bytes": (folder / name).stat().st_size, "sha256": digests[name]}
     return count
@@ -143,14 +144,6 @@ def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: int | str) ->
         f"Train on them with --data.init_args.stream_from={output}"
     )
     return record
-
-
-def digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as file:
-        while block := file.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def fingerprint(files: dict[str, dict[str, Any]]) -> str:
