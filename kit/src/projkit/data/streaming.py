@@ -174,21 +174,25 @@ def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
 
 
 def open_splits(
-    url: str, seed: int, block_size: int | None = None, transform: Callable | None = None
+    url: str,
+    seed: int,
+    block_size: int | None = None,
+    transform: Callable | None = None,
+    record: dict[str, Any] | None = None,
 ) -> tuple[dict[str, StreamingDataset], dict[str, Any]]:
     """The training (shuffled by ``seed``), validation and test splits under ``url``, and its record.
 
     ``block_size``: a token dataset's items are windows of that many tokens; ``transform`` applies
     to every item (in the loader's workers, so it must be a module-level function). An object
     store's chunks are cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when
-    first imported), else ~/.lightning/chunks."""
+    first imported), else ~/.lightning/chunks. ``record``: ``read_record(url)``, when it was read."""
     if endpoint := Store(url, "data.stream_from").plain_http():
         raise ConfigError(
             f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
             "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
             "trusted with AWS_CA_BUNDLE and SSL_CERT_FILE."
         )
-    record = read_record(url)
+    record = read_record(url) if record is None else record
     if (record["kind"] == "tokens") != (block_size is not None):
         raise ConfigError(
             f"data.stream_from: '{url}' holds {record['kind']} written by another kind of data module "
