@@ -123,7 +123,7 @@ class ExportingTrainer(Trainer):
 
         Args:
             output: a new local folder, or an object-store prefix (s3://BUCKET/PREFIX).
-            chunk_bytes: the size a chunk file grows to before the next begins, e.g. 64MB.
+            chunk_bytes: the size a chunk file grows to before the next begins: bytes, or e.g. 64MB.
         """
         if output is None:
             raise ConfigError("`optimize` needs --output: a new folder or s3://BUCKET/PREFIX.")
