@@ -106,6 +106,19 @@ def test_a_streamed_text_needs_no_text_file_and_yields_next_token_windows(play_c
         assert data.tokenizer.decode(inputs) + data.tokenizer.decode(targets[-1:]) in train_text
 
 
+def test_a_streamed_text_reads_its_record_once(play_chunks, tmp_path):
+    """The vocabulary (read as the CLI builds the model) and the splits come from one read of
+    streaming.json, each a listing and a request on an object store: here, no record is left to read
+    a second time once the vocabulary is known."""
+    url = tmp_path / "play"
+    shutil.copytree(play_chunks[0], url)
+    data = TextDataModule("no/such/play.txt", url=None, block_size=16, batch_size=8, stream_from=str(url))
+    vocab = data.vocab
+    (url / "streaming.json").unlink()
+    data.setup("fit")
+    assert data.vocab == vocab and len(data.splits["train"]) > 0
+
+
 def test_the_small_gpt_trains_on_a_streamed_text(play_chunks, folder):
     url, text = play_chunks
     steps = ("--trainer.max_steps=3", "--trainer.val_check_interval=3", "--trainer.limit_val_batches=1",

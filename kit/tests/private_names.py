@@ -1,6 +1,7 @@
 """Finds the kit's uses of other libraries' private names, read from its source: an attribute, an
 imported name or module, or a string naming one (``getattr(x, "_name")``, a checkpoint's key),
-that starts with one underscore and that the kit does not define itself. A class of the kit that
+that starts with one underscore and that the kit does not define itself, and the few internal
+attributes that have no underscore (``UNMARKED``: LitData's loader's). A class of the kit that
 overrides a private method of another library's class is found by ``private_overrides``.
 
 ``python kit/tests/private_names.py`` prints them, with counts per file and library: the measure the
@@ -21,6 +22,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "projkit"
 SEAMS = PACKAGE / "internals"
 # Underscore names the standard library documents as public API.
 DOCUMENTED = {"_exit", "_asdict", "_replace", "_fields", "_make", "_field_defaults", "_missing_"}
+# Internals without an underscore: LitData's StreamingDataLoader replays a restored position while
+# its ``restore`` flag is set, and starts the epoch after its ``current_epoch`` (which Lightning's
+# trainer and module also name, read-only: only an assignment is LitData's).
+UNMARKED = {"restore"}
+UNMARKED_WHEN_SET = {"current_epoch"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,11 @@ def own_names(paths: list[Path]) -> set[str]:
     return {name for name in own if private(name)}
 
 
+def unmarked(node: ast.Attribute) -> bool:
+    """Whether ``node`` uses a library's internal attribute that has no underscore."""
+    return node.attr in UNMARKED or (node.attr in UNMARKED_WHEN_SET and isinstance(node.ctx, ast.Store))
+
+
 def f_string_parts(tree: ast.AST) -> set[int]:
     return {id(value) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for value in node.values}
 
@@ -72,7 +83,8 @@ def uses_in(path: Path, source: str, own: set[str]) -> Iterator[Use]:
     in_f_strings = f_string_parts(tree)
     for node in ast.walk(tree):
         found: list[tuple[str, str]] = []
-        if isinstance(node, ast.Attribute) and private(node.attr) and node.attr not in own:
+        foreign = isinstance(node, ast.Attribute) and private(node.attr) and node.attr not in own
+        if foreign or (isinstance(node, ast.Attribute) and unmarked(node)):
             found.append((node.attr, ast.unparse(node)))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__":
             module = node.module or ""

@@ -103,3 +103,12 @@ def test_no_import_cycle_in_the_kit():
 def test_no_file_or_function_is_longer_than_it_can_be_read():
     """A function over 60 lines (its docstring included) or a module over 400 is split."""
     assert too_long([*PACKAGE.rglob("*.py"), *(KIT / "scripts").glob("*.py")], KIT) == []
+
+
+def test_a_file_is_hashed_by_one_function_that_imports_no_streaming():
+    """An export's checkpoint and optimize's chunks are named by the sha256 of their bytes, read a
+    block at a time in one function (``projkit.files.sha256_of``), whose module imports neither
+    LitData nor the streaming code: export, which uses it too, never loads them."""
+    hashing = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "sha256()" in p.read_text()]
+    assert hashing == ["files.py"]
+    assert {m for m in imported(PACKAGE / "files.py") if m.startswith(("litdata", "projkit"))} == set()

@@ -1,6 +1,7 @@
 """Contract tests of the seams other than Lightning's loops (test_internals.py): jsonargparse's and
 argparse's parser internals, multiprocessing's and atexit's, torch's dispatch,
-LightningCLI's subcommand parsers, and the SLURM environment the CLI gives the Trainer."""
+LightningCLI's subcommand parsers, the SLURM environment the CLI gives the Trainer, and LitData's
+loader position and chunk sizes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import atexit
 import multiprocessing
 import os
 import signal
+from typing import Any
 
+import pytest
 import torch
 from jsonargparse import ArgumentParser
 from lightning.fabric.plugins.environments import SLURMEnvironment
@@ -16,6 +19,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from projkit.internals import jsonargparse as jsonargparse_seam
+from projkit.internals import litdata as litdata_seam
 from projkit.internals import stdlib
 from projkit.internals import torch as torch_seam
 from projkit.reliability.preemption import without_slurm_requeue
@@ -178,3 +182,70 @@ class SavingModel(BoringModel):
     def __init__(self, width: int = 2) -> None:
         super().__init__()
         self.save_hyperparameters()
+
+
+@pytest.fixture
+def litdata_chunks(tmp_path) -> str:
+    """24 numbers written with LitData's Cache, 4 to a chunk: a dataset its loader shuffles."""
+    from litdata.streaming import Cache
+
+    cache = Cache(str(tmp_path / "chunks"), chunk_size=4)
+    for index in range(24):
+        cache[index] = index
+    cache.done()
+    cache.merge()
+    return str(tmp_path / "chunks")
+
+
+def litdata_loader(chunks: str) -> Any:
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    return StreamingDataLoader(StreamingDataset(chunks, shuffle=True, seed=3), batch_size=4)
+
+
+def read(batches: Any) -> list[list[int]]:
+    return [batch.tolist() for batch in batches]
+
+
+def test_a_litdata_loader_replays_a_restored_position_until_the_restore_ends(litdata_chunks):
+    first = litdata_loader(litdata_chunks)
+    batches = iter(first)
+    start = read([next(batches), next(batches)])
+    state, rest = first.state_dict(), read(batches)
+    epoch_two = read(first)
+    numbers = [number for batch in start + rest for number in batch]
+    assert sorted(numbers) == list(range(24)) and start + rest != epoch_two, "another order each epoch"
+    assert sorted(number for batch in epoch_two for number in batch) == list(range(24))
+    resumed = litdata_loader(litdata_chunks)
+    resumed.load_state_dict(state)
+    assert litdata_seam.restoring(resumed)
+    next(iter(resumed))  # an epoch left early keeps the position restored
+    assert litdata_seam.restoring(resumed) and read(resumed) == rest
+    assert not litdata_seam.restoring(resumed), "an epoch read to its end ends the restore"
+    cut_short = litdata_loader(litdata_chunks)
+    cut_short.load_state_dict(state)
+    next(iter(cut_short))
+    litdata_seam.end_restore(cut_short)
+    assert not litdata_seam.restoring(cut_short) and read(cut_short) == epoch_two
+
+
+def test_a_litdata_loader_starts_after_the_epoch_it_is_given(litdata_chunks):
+    first = litdata_loader(litdata_chunks)
+    read(first)
+    epoch_two = read(first)
+    after_one = litdata_loader(litdata_chunks)
+    litdata_seam.resume_epoch_end(after_one, 1)
+    assert read(after_one) == epoch_two
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("64MB", 64_000_000), ("1.5g", 1_500_000_000), (" 2 Kb ", 2000), ("-5MB", -5_000_000), ("1e3b", 1000),
+     ("abc", None), ("64XB", None), ("1000", None), ("infmb", None)],
+)  # fmt: skip
+def test_a_chunk_size_is_read_as_litdatas_writer_reads_it(text, size, tmp_path):
+    from litdata.streaming.writer import BinaryWriter
+
+    assert litdata_seam.bytes_of(text) == size
+    if size is not None:
+        assert BinaryWriter(str(tmp_path), chunk_bytes=text).get_config()["chunk_bytes"] == size

@@ -10,7 +10,7 @@ from pathlib import Path
 import projkit
 from private_names import PACKAGE, SEAMS, private_overrides, private_uses, uses_in
 
-SEAM_MODULES = {"lightning", "torchmetrics", "jsonargparse", "torch", "stdlib"}
+SEAM_MODULES = {"lightning", "torchmetrics", "jsonargparse", "torch", "stdlib", "litdata"}
 
 
 def test_no_private_name_of_another_library_is_used_outside_the_seams():
@@ -47,6 +47,8 @@ def test_the_finder_finds_each_kind_of_private_use():
         "self._own = 1\n"
         "w = self._own\n"
         "os._exit(1)\n"
+        "loader.restore = False\n"
+        "loader.current_epoch = 3\n"
     )
     found = {use.name for use in uses_in(Path("m.py"), source, own={"_own"})}
     assert found == {
@@ -55,7 +57,12 @@ def test_the_finder_finds_each_kind_of_private_use():
         "torch._dynamo",
         "_results",
         "_val_check_time_interval",
+        "restore",
+        "current_epoch",
     }
+    # LitData's loader's flag, read; an epoch read (Lightning's trainer and module name one) is public.
+    read = "restoring = self.restore\nepoch = trainer.current_epoch\n"
+    assert [use.name for use in uses_in(Path("m.py"), read, own=set())] == ["restore"]
 
 
 def test_each_seam_is_one_library_and_names_what_it_relies_on():

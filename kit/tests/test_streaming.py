@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
-from conftest import main
+from conftest import main, seeded
 from object_store import S3Server
+from projkit.errors import ConfigError
 from projkit.testing import TINY_FIT, config
 
 CLASSIFY = ("--config", config("classify.yaml"))
@@ -26,6 +30,7 @@ TWO_EPOCHS = (
     "--model.init_args.scheduler.init_args.warmup_steps=2",
     *QUIET,
 )
+EXAMPLES = int(os.environ.get("PROJ_FUZZ_EXAMPLES", "300"))
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -221,3 +226,103 @@ def test_a_resume_on_other_data_at_the_same_place_is_refused(chunks, workdir, mo
     assert "--ckpt_path: the checkpoint was trained on other data than 'data' holds now" in line, line
     assert "resume with the data it was trained on, or start a new run" in line, line
     assert {p: p.read_bytes() for p in workdir.rglob("*.ckpt")} == ckpts
+
+
+# LitData's traceback, and a size LitData takes but no chunk can have; the fuzzer below tries the rest.
+@pytest.mark.parametrize("value", ["64XB", "-5MB"])
+def test_a_chunk_size_litdata_cannot_take_is_refused_before_anything_is_written(
+    value, workdir, monkeypatch, capsys
+):
+    line = refused(["optimize", *CLASSIFY, "--output", "out", f"--chunk_bytes={value}"], monkeypatch, capsys)
+    assert line.startswith(f"error: --chunk_bytes: {value!r} ") and "(e.g. 64MB)" in line, line
+    assert list(workdir.iterdir()) == []
+
+
+def litdata_reads(value: str) -> int | None:
+    """The chunk size LitData's writer takes ``value`` for, None where it refuses it."""
+    from litdata.streaming.writer import BinaryWriter
+
+    try:
+        return BinaryWriter(os.devnull, chunk_bytes=value).get_config()["chunk_bytes"]
+    except Exception:  # LitData's refusal, whatever its kind
+        return None
+
+
+# Numbers with LitData's units and others, spaces, signs, exponents: the forms its reading turns on.
+SIZES = st.from_regex(
+    r"\s?[-+]?[0-9_]{0,4}\.?[0-9]{0,2}(e-?[0-9])?\s?([KMGT]?B?|[kmgt]b?|X[Bb])?\s?", fullmatch=True
+)
+
+
+@seeded(EXAMPLES)
+@given(value=st.one_of(st.text(max_size=12), SIZES, st.integers(-3, 10**12).map(str)))
+@example("abc")
+@example("0")
+@example("-5MB")
+@example("64XB")
+@example("1e3")
+@example("1000")
+@example("infmb")
+def test_fuzz_chunk_bytes_is_what_litdata_takes_or_one_line_naming_it(value):
+    """Any ``--chunk_bytes``: a positive size LitData's writer takes as that size (a whole number of
+    bytes, LitData's int form, else as LitData reads a unit), or one line naming the flag."""
+    from projkit.data.streaming import chunk_size
+
+    try:
+        size = chunk_size(value)
+    except ConfigError as error:
+        assert str(error).startswith("--chunk_bytes: ") and "\n" not in str(error), str(error)
+        plain = value.strip().isascii() and value.strip().isdigit()
+        assert int(value) <= 0 if plain else (litdata_reads(value) or 0) <= 0, value
+        return
+    assert size > 0 and litdata_reads(size) == size, value
+    if not (value.strip().isascii() and value.strip().isdigit()):
+        assert litdata_reads(value) == size, value
+
+
+# The fuzzer below tries the kind; these, that the refusal reaches the user from either field. (An
+# empty stream_from is a data module's "not streamed"; an empty --output would be the working folder.)
+@pytest.mark.parametrize(
+    ("command", "url"), [("optimize", "s3:/x"), ("optimize", ""), ("fit", "s3:///prefix")]
+)
+def test_a_malformed_store_url_is_refused_naming_its_field(command, url, workdir, monkeypatch, capsys):
+    if command == "optimize":
+        field, args = "--output", ["--output", url]
+    else:
+        field, args = "data.stream_from", [f"--data.init_args.stream_from={url}", *TINY_FIT]
+    line = refused([command, *CLASSIFY, *args], monkeypatch, capsys)
+    assert line.startswith(f"error: {field}: {url!r} "), line
+    assert "s3://BUCKET/PREFIX" in line, line
+    assert list(workdir.iterdir()) == []
+
+
+URLS = st.one_of(
+    st.text(max_size=16),
+    st.from_regex(r"[sS]3:?/{0,4}[a-zA-Z0-9._ :/-]{0,8}(/[^/]{0,4}){0,2}", fullmatch=True),
+)
+
+
+@seeded(EXAMPLES)
+@given(url=URLS, field=st.sampled_from(["--output", "data.stream_from"]))
+@example("s3://", "--output")
+@example("s3:///prefix", "data.stream_from")
+@example("s3:/x", "--output")
+@example("", "data.stream_from")
+@example("s3://a b/x", "--output")
+@example("s3://bucket/prefix", "--output")
+def test_fuzz_a_store_url_is_one_the_client_takes_or_one_line_naming_its_field(url, field):
+    """No network: a URL is refused when the store is made, before any client exists; one it takes
+    is a bucket boto3 sends (no ParamValidationError) or a plain path (not a mistyped URL)."""
+    from botocore.handlers import validate_bucket_name
+
+    from projkit.data.stores import Store
+
+    try:
+        store = Store(url, field)
+    except ConfigError as error:
+        assert str(error).startswith(f"{field}: ") and "\n" not in str(error), str(error)
+        return
+    if url.startswith("s3://"):
+        validate_bucket_name({"Bucket": store.bucket})
+    else:
+        assert url and url.isprintable() and "://" not in url and not url.lower().startswith("s3:"), url

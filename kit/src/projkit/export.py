@@ -23,7 +23,6 @@ with exit status 1, leaving an earlier export of the checkpoint as it was.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import io
 import json
@@ -41,6 +40,7 @@ from projkit.checks.checkpoint import load_checkpoint
 from projkit.context import current
 from projkit.deploy import EXAMPLES, Deployable
 from projkit.errors import DISK_ERRORS, ConfigError, ExportCheckError
+from projkit.files import sha256_of
 from projkit.protocol import DEPLOYABLE
 from projkit.rundir.atomic import restore_folder, swap_folder, write_atomic
 from projkit.rundir.ckpt_path import keyword_of
@@ -123,7 +123,7 @@ class ExportingTrainer(Trainer):
 
         Args:
             output: a new local folder, or an object-store prefix (s3://BUCKET/PREFIX).
-            chunk_bytes: the size a chunk file grows to before the next begins, e.g. 64MB.
+            chunk_bytes: the size a chunk file grows to before the next begins: bytes, or e.g. 64MB.
         """
         if output is None:
             raise ConfigError("`optimize` needs --output: a new folder or s3://BUCKET/PREFIX.")
@@ -352,15 +352,11 @@ DEPRECATED_FIELDS = {
 def checkpoint_facts(path: Path, checkpoint: dict) -> dict[str, Any]:
     """The checkpoint by its path and sha256, as 1.0.0 wrote them (``path`` is deprecated:
     ``DEPRECATED_FIELDS``)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
     return {
         "path": str(path.resolve()),
         "step": checkpoint.get("global_step"),
         "epoch": checkpoint.get("epoch"),
-        "sha256": digest.hexdigest(),
+        "sha256": sha256_of(path),
     }
 
 

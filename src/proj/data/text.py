@@ -163,9 +163,7 @@ class TextDataModule(SplitLoaders, LightningDataModule):
     @property
     def vocab(self) -> str:
         if self._vocab is None and self.hparams.stream_from:
-            from projkit.data.streaming import read_record  # LitData: streamed runs only
-
-            self._vocab = read_record(self.hparams.stream_from)["facts"]["vocab"]
+            self._vocab = self.stream_record(self.hparams.stream_from)["facts"]["vocab"]
         if self._vocab is None:
             saved = checkpoint_fact("vocab")
             if saved is not None and not self.path.is_file():

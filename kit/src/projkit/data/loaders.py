@@ -73,13 +73,25 @@ class SplitLoaders:
     train_order: TrainOrder
     trainer: Trainer | None
     stream: tuple[str, dict[str, Any]] | None = None  # the URL and record of streamed splits
+    stream_read: tuple[str, dict[str, Any]] | None = None  # the URL and record stream_record read
+
+    def stream_record(self, url: str) -> dict[str, Any]:
+        """The checked ``streaming.json`` under ``url``, read once by this data module: what it needs
+        before its splits (a text's vocabulary, when the CLI builds the model) and the splits come
+        from one listing and one read (of an object store, each a request)."""
+        if self.stream_read is None or self.stream_read[0] != url:
+            from projkit.data.streaming import read_record  # LitData: imported by streamed runs only
+
+            self.stream_read = (url, read_record(url))
+        return self.stream_read[1]
 
     def stream_splits(self, url: str, block_size: int | None = None, transform: Any = None) -> dict[str, Any]:
         """Read the splits from the chunks ``optimize`` wrote under ``url`` (``projkit.data.streaming``):
         LitData's loaders serve them, and resume from LitData's state. Returns the stored facts."""
         from projkit.data import streaming  # LitData: imported by streamed runs only
 
-        splits, record = streaming.open_splits(url, streaming.seed(), block_size, transform)
+        read = self.stream_read[1] if self.stream_read is not None and self.stream_read[0] == url else None
+        splits, record = streaming.open_splits(url, streaming.seed(), block_size, transform, read)
         streaming.check_facts(record["facts"], getattr(self, "stream_facts", None) or {}, url)
         self.splits.update(splits)
         self.stream = (url, record)

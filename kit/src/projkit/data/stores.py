@@ -9,6 +9,7 @@ from the environment or ``~/.aws``, and an S3-compatible server (MinIO, Ceph, a 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,8 @@ S3_FIXES = {
     "403": "these credentials may not use it: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
     "404": "the bucket does not exist: create it, or correct the URL",
 }
+# The bucket names boto3 sends (S3's own rules are stricter; S3-compatible servers' may be looser).
+BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
 def is_remote(url: str) -> bool:
@@ -58,16 +61,35 @@ def said_in_one_line(url: str, field: str) -> Iterator[None]:
         ) from None
 
 
-class Store:
-    """The files directly under ``url``, a local folder or ``s3://bucket/prefix``."""
+def url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a store's place, None if nothing: said before any file or client
+    is touched, where boto3 would raise its own error or a mistyped URL would become a local folder."""
+    if not url:
+        return "names no place"
+    if not url.isprintable():
+        return "holds a character that is not printable"
+    if is_remote(url):
+        bucket = url[len("s3://") :].partition("/")[0]
+        if not bucket:
+            return "names no bucket"
+        if not BUCKET.fullmatch(bucket):
+            return f"names the bucket {bucket!r}, which is no bucket name (letters, digits, '.', '-', '_')"
+    elif "://" in url or url.lower().startswith("s3:"):
+        return "is no folder and no s3:// URL"
+    return None
 
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
+
+class Store:
+    """The files directly under ``url``, a local folder or ``s3://bucket/prefix``; ``field``: the
+    setting it came from (``--output``, ``data.stream_from``), which its refusals name."""
+
+    def __init__(self, url: str, field: str) -> None:
+        if problem := url_problem(url):
+            raise ConfigError(f"{field}: {url!r} {problem}: give a folder or s3://BUCKET/PREFIX.")
+        self.url = url.rstrip("/") or url  # "/" stays the root
         self._client: Any = None
         if is_remote(url):
             bucket, _, prefix = self.url[len("s3://") :].partition("/")
-            if not bucket:
-                raise ConfigError(f"'{url}' names no bucket: write it as s3://BUCKET/PREFIX.")
             self.bucket, self.prefix = bucket, f"{prefix}/" if prefix else ""
 
     def client(self) -> Any:

@@ -30,6 +30,8 @@ from tqdm import tqdm
 
 from projkit.data.stores import Store, join, said_in_one_line
 from projkit.errors import ConfigError
+from projkit.files import sha256_of
+from projkit.internals import litdata as litdata_seam
 from projkit.protocol import STREAM_ITEMS
 
 RECORD = "streaming.json"
@@ -39,12 +41,13 @@ FORMAT = 1
 SHUFFLE_WINDOW = 256  # items LitData shuffles among within a chunk, and decodes together
 
 
-def write_splits(datamodule: Any, output: str, chunk_bytes: str = "64MB") -> dict[str, Any]:
+def write_splits(datamodule: Any, output: str, chunk_bytes: int | str = "64MB") -> dict[str, Any]:
     """Every split of ``datamodule`` as chunks under ``output/<split>/``, then ``streaming.json``.
 
     ``output`` must be empty: a destination holding other data is refused before anything is written.
     """
-    store = Store(output)
+    chunk_bytes = chunk_size(chunk_bytes)
+    store = Store(output, "--output")
     with said_in_one_line(output, "--output"):
         existing = store.sizes()
     if existing:
@@ -78,7 +81,7 @@ def write_splits(datamodule: Any, output: str, chunk_bytes: str = "64MB") -> dic
 
 
 def write_chunks(
-    items: Iterable[Any], staging: Path, split: str, kind: str, chunk_bytes: str, files: dict[str, Any]
+    items: Iterable[Any], staging: Path, split: str, kind: str, chunk_bytes: int, files: dict[str, Any]
 ) -> int:
     """``items`` as LitData chunks in ``staging/split``, each file's size and sha256 put in ``files``;
     the number of items.
@@ -96,19 +99,36 @@ def write_chunks(
         cache[count - 1] = item
     cache.done()
     cache.merge()
-    digests = {p.name: digest(p) for p in sorted(folder.iterdir()) if p.name != "index.json"}
+    digests = {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.name != "index.json"}
     index = json.loads((folder / "index.json").read_text())
     index["updated_at"] = hashlib.sha256("".join(digests.values()).encode()).hexdigest()[:16]
     (folder / "index.json").write_text(json.dumps(index, sort_keys=True))
-    digests["index.json"] = digest(folder / "index.json")
+    digests["index.json"] = sha256_of(folder / "index.json")
     for name in sorted(digests):
         files[f"{split}/{name}"] = {"bytes": (folder / name).stat().st_size, "sha256": digests[name]}
     return count
 
 
-def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: str) -> dict[str, Any]:
+def chunk_size(value: int | str) -> int:
+    """``--chunk_bytes`` as the positive number of bytes LitData's writer is given: a whole number of
+    bytes, or a number and a unit read as LitData reads them (``64MB``, ``1.5GB``, ``512k``).
+    Anything else is refused in one line, before anything is read or written, not as LitData's
+    traceback (or a chunk of 0 bytes) once the data is prepared."""
+    text = str(value).strip()
+    size = int(text) if text.isascii() and text.isdigit() else litdata_seam.bytes_of(text)
+    if size is None or size <= 0:
+        raise ConfigError(
+            f"--chunk_bytes: {value!r} is no positive size: give a number of bytes (e.g. 67108864) or "
+            "a number and a unit, KB, MB, GB or TB (e.g. 64MB)."
+        )
+    return size
+
+
+def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: int | str) -> dict[str, Any]:
     """``optimize``: the data module's splits, prepared as for ``fit`` and ``test``, written under
     ``output``; says where, and the key that trains from it."""
+    chunk_size(chunk_bytes)  # both refused before the data is downloaded and prepared
+    Store(output, "--output")
     if (getattr(datamodule, "hparams", None) or {}).get("stream_from"):
         raise ConfigError(
             "optimize: data.init_args.stream_from is set; optimize reads the experiment's own data. Unset it."
@@ -126,21 +146,13 @@ def optimize_datamodule(datamodule: Any, output: str, chunk_bytes: str) -> dict[
     return record
 
 
-def digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as file:
-        while block := file.read(1 << 20):
-            sha.update(block)
-    return sha.hexdigest()
-
-
 def fingerprint(files: dict[str, dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
     """``url``'s ``streaming.json``, its files checked present and whole by their sizes."""
-    store = Store(url)
+    store = Store(url, field)
     with said_in_one_line(url, field):
         sizes = store.sizes()
         if RECORD not in sizes:
@@ -162,21 +174,25 @@ def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
 
 
 def open_splits(
-    url: str, seed: int, block_size: int | None = None, transform: Callable | None = None
+    url: str,
+    seed: int,
+    block_size: int | None = None,
+    transform: Callable | None = None,
+    record: dict[str, Any] | None = None,
 ) -> tuple[dict[str, StreamingDataset], dict[str, Any]]:
     """The training (shuffled by ``seed``), validation and test splits under ``url``, and its record.
 
     ``block_size``: a token dataset's items are windows of that many tokens; ``transform`` applies
     to every item (in the loader's workers, so it must be a module-level function). An object
     store's chunks are cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when
-    first imported), else ~/.lightning/chunks."""
-    if endpoint := Store(url).plain_http():
+    first imported), else ~/.lightning/chunks. ``record``: ``read_record(url)``, when it was read."""
+    if endpoint := Store(url, "data.stream_from").plain_http():
         raise ConfigError(
             f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
             "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
             "trusted with AWS_CA_BUNDLE and SSL_CERT_FILE."
         )
-    record = read_record(url)
+    record = read_record(url) if record is None else record
     if (record["kind"] == "tokens") != (block_size is not None):
         raise ConfigError(
             f"data.stream_from: '{url}' holds {record['kind']} written by another kind of data module "
@@ -228,14 +244,15 @@ class StreamingLoader(StreamingDataLoader):
         super().__init__(*args, **kwargs)
         self.resumed_epoch_read = False
         if resume and resume.get("epoch_done"):
-            self.current_epoch = resume["loader"]["current_epoch"]
+            litdata_seam.resume_epoch_end(self, resume["loader"]["current_epoch"])
         elif resume:
             self.load_state_dict(resume["loader"])
 
     def __iter__(self) -> Any:
         if self.resumed_epoch_read:  # the resumed epoch is over, however it ended
-            self.restore = self.resumed_epoch_read = False
-        restoring = self.restore
+            litdata_seam.end_restore(self)
+            self.resumed_epoch_read = False
+        restoring = litdata_seam.restoring(self)
         for batch in super().__iter__():  # a generator: an iter() without a batch changes nothing
             self.resumed_epoch_read = restoring
             yield batch

@@ -1,5 +1,5 @@
 """The kit's seams: every use of another library's private names, one module per library
-(``lightning``, ``torchmetrics``, ``jsonargparse``, ``torch``, ``stdlib``).
+(``lightning``, ``torchmetrics``, ``jsonargparse``, ``torch``, ``stdlib``, ``litdata``).
 
 Each function there is small and named for what the kit needs; its docstring says which public API is
 missing, the versions it was checked with, and what breaks if the name changes. A name that is gone
