@@ -1,21 +1,26 @@
 """Streaming data (kit/docs/streaming.md): an experiment's splits written by ``optimize`` and read back
-with ``data.init_args.stream_from`` are the same data: the digits' images and labels, and a text's
-tokens, vocabulary and next-token windows, with no text file left; and they train as well as in memory."""
+with ``data.init_args.stream_from`` are the same data: the digits' images and labels, a text's
+tokens, vocabulary and next-token windows, with no text file left, and an image folder's files,
+decoded as from the folder once it is gone; and they train as well as in memory, an image folder's
+random crops resumed exactly."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from projkit.testing import config
+from projkit.testing import config, kill_at, launch, step_checkpoints, write_png
 
 from conftest import write_play
 from proj import main
-from proj.data import DigitsDataModule, TextDataModule
+from proj.data import DigitsDataModule, ImageFolderDataModule, TextDataModule
 
 QUIET = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
 
@@ -142,3 +147,94 @@ def test_the_small_gpt_trains_on_a_streamed_text(play_chunks, folder):
     assert cli.model.vocab == "".join(sorted(set(text))), "the network is sized by the chunks' vocabulary"
     assert cli.trainer.global_step == 3
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
+
+
+@pytest.fixture(scope="module")
+def shapes_chunks(folder: Path) -> tuple[str, Path]:
+    """400 noisy 12x12 PNGs, 200 bright at the top (class a) and 200 at the bottom (class b), in one
+    folder (40 each cut for val and test) optimized by the image-folder experiment, then moved away:
+    the chunks' URL and the folder now."""
+    rng = np.random.default_rng(0)
+    for index in range(400):
+        pixels = rng.integers(0, 100, (12, 12))
+        pixels[:6] += 150 if index % 2 == 0 else 0
+        pixels[6:] += 150 if index % 2 == 1 else 0
+        write_png(folder / "shapes" / "ab"[index % 2] / f"{index:03d}.png", pixels)
+    main(["optimize", "--config", config("image_folder.yaml"), f"--data.init_args.root={folder / 'shapes'}",
+          "--output", str(folder / "shapes-chunks")])  # fmt: skip
+    shutil.move(folder / "shapes", folder / "moved")
+    return str(folder / "shapes-chunks"), folder / "moved"
+
+
+SHAPES = ("--config", config("image_folder.yaml"), "--data.init_args.image_size=8",
+          "--data.init_args.batch_size=64")  # fmt: skip
+
+
+def pixels_and_labels(items) -> Counter:
+    return Counter((bytes(image.numpy()), int(label)) for image, label in items)
+
+
+def test_a_streamed_image_folder_needs_no_folder_and_decodes_as_from_it(shapes_chunks):
+    """The classes come from the chunks, each split's images are those the folder gives (its files
+    decoded and transformed when read: the image size is chosen after optimize), and the training
+    batches mix the classes, which the folder lists one after the other."""
+    url, moved = shapes_chunks
+    assert not Path("data/my_images").exists(), "the config's root is not there"
+    streamed = ImageFolderDataModule(image_size=8, augment=False, stream_from=url)
+    assert streamed.classes == ("a", "b") and streamed.num_classes == 2
+    streamed.setup("fit")
+    memory = ImageFolderDataModule(root=str(moved), image_size=8, augment=False)
+    memory.setup("fit")
+    for split in ("val", "test"):  # in order
+        expected, got = memory.splits[split], streamed.splits[split]
+        assert len(got) == len(expected) == 40, split
+        for i in range(len(expected)):
+            (image, label), (want, wanted) = got[i], expected[i]
+            assert image.shape == (3, 8, 8) and torch.equal(image, want) and label == wanted, (split, i)
+    expected, got = memory.splits["train"], streamed.splits["train"]
+    assert pixels_and_labels(got[i] for i in range(len(got))) == pixels_and_labels(expected)
+    batches = [labels.tolist() for _, labels in streamed.train_dataloader()]
+    assert len(batches) == 320 // 64 and all(set(labels) == {0, 1} for labels in batches), batches
+
+
+def test_the_image_folder_experiment_trains_and_tests_from_its_chunks(shapes_chunks):
+    url, _ = shapes_chunks
+    stream = f"--data.init_args.stream_from={url}"
+    short = ("--trainer.max_epochs=1", "--model.init_args.scheduler.init_args.warmup_steps=1")
+    cli = main(["fit", *SHAPES, stream, "--data.init_args.num_workers=0", *short, *QUIET])
+    assert cli.datamodule.stream is not None and cli.model.hparams.num_classes == 2
+    assert cli.trainer.global_step == 320 // 64
+    assert cli.trainer.callback_metrics["test/acc"] >= 0.9
+
+
+def shapes_fit(workdir: Path, url: str, kill_step: int | None = None) -> list[str]:
+    """Epochs of 5 steps, random crops and flips on, read by two loader workers; a checkpoint
+    every 3 steps."""
+    overlay = workdir / "overlay.yaml"
+    kill = kill_at(kill_step) if kill_step else ""
+    overlay.write_text("trainer:\n  max_steps: 8\n  callbacks+:" + step_checkpoints(3) + kill)
+    return ["fit", *SHAPES, "--config", str(overlay), f"--data.init_args.stream_from={url}",
+            "--data.init_args.num_workers=2", "--test_after_fit=false", *QUIET]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_streamed_image_folder_killed_mid_epoch_resumes_bit_identical(shapes_chunks, tmp_path):
+    """Killed at step 7, the run resumes (``--ckpt_path auto``) from its step-6 checkpoint, mid-epoch
+    1, and ends with the weights of the run never killed: each image's random crop and flip drawn
+    again as it was, in the resumed run's fresh loader workers."""
+    url, _ = shapes_chunks
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    for workdir in (reference, killed):
+        workdir.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(reference)
+        main(shapes_fit(reference, url))
+    result = launch.run(shapes_fit(killed, url, kill_step=7), killed, dict(os.environ))
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(killed)
+        resumed = main([*shapes_fit(killed, url), "--ckpt_path=auto"])
+    assert Path(resumed.trainer.ckpt_path).name == "step0006.ckpt", "not resumed mid-epoch"
+    last = "runs/image_folder/version_0/checkpoints/last.ckpt"
+    expected, got = (torch.load(w / last, weights_only=True)["state_dict"] for w in (reference, killed))
+    assert all(torch.equal(expected[key], got[key]) for key in expected), "other weights after the resume"

@@ -146,11 +146,22 @@ def test_sigterm_run_resumes_bit_identical(task, step, where, uninterrupted, tmp
 
 
 @pytest.mark.slow
-def test_sigterm_streamed_run_resumes_bit_identical(tmp_path):
-    """The same on the data as streaming chunks read by two loader workers: LitData's position is
-    in last.ckpt, and the resume reads the rest of the epoch as the uninterrupted run did."""
+@pytest.mark.parametrize(
+    "read",
+    [
+        ("--data.init_args.num_workers=2",),
+        ("--data.init_args.per_item=true", "--data.init_args.num_workers=2"),
+    ],
+    ids=["2-workers", "random-flips-2-workers"],
+)
+def test_sigterm_streamed_run_resumes_bit_identical(read, tmp_path):
+    """The same on the data as streaming chunks read by LitData's loader: its position is in
+    last.ckpt, and the resume reads the rest of the epoch as the uninterrupted run did. A random
+    transform of each training item in the loader's workers (``per_item``: a flip), whose RNG
+    streams restart with the resumed run's workers, draws the same numbers as in the uninterrupted
+    run (``SeededStreamingDataset``)."""
     main(["optimize", "--config", config("classify.yaml"), f"--output={tmp_path / 'chunks'}"])
-    data = (f"--data.init_args.stream_from={tmp_path / 'chunks'}", "--data.init_args.num_workers=2")
+    data = (f"--data.init_args.stream_from={tmp_path / 'chunks'}", *read)
     (tmp_path / "reference").mkdir()
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path / "reference")

@@ -13,13 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
+from litdata import StreamingDataset
 
 from conftest import main, seeded
 from object_store import S3Server
 from projkit.errors import ConfigError
 from projkit.testing import TINY_FIT, config
+from tinyproj.data import Blobs
 
 CLASSIFY = ("--config", config("classify.yaml"))
 QUIET = ("--trainer.enable_progress_bar=false",)
@@ -133,6 +136,29 @@ def test_fit_streams_from_s3_as_from_a_folder(s3_server, s3_chunks, chunks, tmp_
     cache = Path(s3_server.environment["LITDATA_CACHE_DIR"])
     cached = sorted(path.read_bytes() for path in cache.rglob("chunk-*.bin"))
     assert cached == sorted(content for name, content in stored.items() if "/chunk-" in name)
+
+
+def test_a_training_items_random_transform_repeats_and_leaves_torchs_rng_alone(chunks):
+    """tinyproj's streamed training items flipped at random (``per_item``): an item's flip is drawn
+    from its own seed, a function of the run's seed, the epoch and the item, so reading the split
+    again draws the same flips whatever torch's RNG holds, which they leave as it was (dropout's),
+    and another epoch draws others."""
+    data = Blobs(stream_from=str(chunks[0]), per_item=True)
+    data.setup("fit")
+    train, stored = data.splits["train"], StreamingDataset(str(chunks[0] / "train"))
+
+    def flips() -> list[bool]:
+        return [not torch.equal(train[i][0], stored[i][0]) for i in range(len(stored))]
+
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    first = flips()
+    assert torch.equal(torch.get_rng_state(), state), "the flips drew from torch's RNG"
+    torch.manual_seed(2)
+    assert flips() == first, "the same items, the same epoch: other flips"
+    assert 0.3 < sum(first) / len(first) < 0.7, "about half of the images flipped"
+    train.set_epoch(2)
+    assert flips() != first, "another epoch drew the same flips"
 
 
 def bucket_names(server) -> set[str]:

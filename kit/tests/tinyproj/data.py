@@ -30,14 +30,21 @@ class FlippedItems(Dataset):
         return len(self.images)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        image, label = self.images[index]
-        return (image.flip(-1) if torch.rand(()) < 0.5 else image), label
+        return flipped_at_random(self.images[index])
+
+
+def flipped_at_random(item: tuple[torch.Tensor, int]) -> tuple[torch.Tensor, int]:
+    """An image flipped left to right at random, with its label: ``FlippedItems``' draw, and a
+    streamed training item's with ``per_item`` (a function: LitData's workers pickle it)."""
+    image, label = item
+    return (image.flip(-1) if torch.rand(()) < 0.5 else image), label
 
 
 class Blobs(SplitLoaders, LightningDataModule):
     """``num_classes`` grey prototype images of ``image_size`` squared with noise, as uint8 in memory:
     learnable in a few steps. Training batches get noise from the global RNG on the device
-    (``augment``); ``per_item`` serves them one by one through ``FlippedItems`` instead.
+    (``augment``); ``per_item`` serves them one by one through ``FlippedItems`` instead (streamed:
+    through ``flipped_at_random``).
     ``predict_path`` predicts on the image files of a folder; ``stream_from`` reads the splits from
     the chunks ``optimize`` wrote."""
 
@@ -93,7 +100,8 @@ class Blobs(SplitLoaders, LightningDataModule):
         if self.splits:
             return
         if self.hparams.stream_from:
-            self.stream_splits(self.hparams.stream_from)
+            flips = flipped_at_random if self.hparams.per_item else None
+            self.stream_splits(self.hparams.stream_from, train_transform=flips)
             return
         generator = torch.Generator().manual_seed(self.hparams.split_seed)
         prototypes = torch.randint(0, 256, (self.num_classes, *self.input_shape), generator=generator)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from proj.data.folder_stream import file_items, stream_folder, streamed_classes
 from proj.data.image import adopt_network_normalisation
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -94,6 +95,10 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     Every file is decoded once before the first step, so a truncated, empty or mislabelled file
     stops the command at once, named with every other such file, rather than the run partway
     through; ``bad_files="skip"`` leaves them out instead, saying how many (``predict_path``'s too).
+
+    With ``stream_from`` (what ``optimize`` wrote), the files' bytes are read from the chunks and
+    decoded and transformed as from the folder, every random crop repeated on a resume; the classes
+    come from the chunks, so ``root`` need not exist.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
         pin_memory: bool = False,
         predict_path: str | None = None,
         bad_files: Literal["refuse", "skip"] = "refuse",
+        stream_from: str | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -164,7 +170,8 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     @file_fact
     def classes(self) -> tuple[str, ...]:
         if self._classes is None:
-            self._classes = self.find_classes()
+            url = self.hparams.stream_from
+            self._classes = streamed_classes(url) if url else self.find_classes()
         return self._classes
 
     @property
@@ -214,8 +221,11 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             return
         if "train" in self.splits:
             return
-        samples = self.find_samples()
         mode = "L" if self.hparams.channels == 1 else "RGB"
+        if self.hparams.stream_from:
+            stream_folder(self, mode)
+            return
+        samples = self.find_samples()
         self.splits.update(
             train=ImageFiles(samples["train"], mode, self.train_transform()),
             val=ImageFiles(samples["val"], mode, self.eval_transform()),
@@ -226,6 +236,16 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
             f"ImageFolderDataModule: '{self.root}', {self.num_classes} classes; {sizes} image files, "
             f"as shape {self.input_shape}"
         )
+
+    @property
+    def stream_facts(self) -> dict[str, Any]:
+        """What chunks written from this folder must agree with: its classes and channels (the files
+        were checked to convert to them); ``image_size`` is applied when they are read."""
+        return {"classes": list(self.classes), "channels": self.hparams.channels}
+
+    def stream_items(self, split: str) -> Iterator[tuple[bytes, int]]:
+        """``optimize``: a split's files as their bytes, with their labels; training's shuffled."""
+        return file_items(self.splits[split].samples, self.hparams.split_seed if split == "train" else None)
 
     def find_samples(self) -> dict[str, list[tuple[str, int]]]:
         """Each split's ``(path, label)`` samples: from its own folder, or cut from the training ones.

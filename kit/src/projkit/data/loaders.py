@@ -85,13 +85,19 @@ class SplitLoaders:
             self.stream_read = (url, read_record(url))
         return self.stream_read[1]
 
-    def stream_splits(self, url: str, block_size: int | None = None, transform: Any = None) -> dict[str, Any]:
+    def stream_splits(
+        self, url: str, block_size: int | None = None, transform: Any = None, train_transform: Any = None
+    ) -> dict[str, Any]:
         """Read the splits from the chunks ``optimize`` wrote under ``url`` (``projkit.data.streaming``):
-        LitData's loaders serve them, and resume from LitData's state. Returns the stored facts."""
+        LitData's loaders serve them, and resume from LitData's state. ``transform`` applies to each
+        item read, ``train_transform`` in its place to training's, its random draws repeated exactly
+        on a resume (``open_splits``). Returns the stored facts."""
         from projkit.data import streaming  # LitData: imported by streamed runs only
 
         read = self.stream_read[1] if self.stream_read is not None and self.stream_read[0] == url else None
-        splits, record = streaming.open_splits(url, streaming.seed(), block_size, transform, read)
+        splits, record = streaming.open_splits(
+            url, streaming.seed(), block_size, transform, train_transform, record=read
+        )
         streaming.check_facts(record["facts"], getattr(self, "stream_facts", None) or {}, url)
         self.splits.update(splits)
         self.stream = (url, record)

@@ -26,6 +26,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.utilities import rank_zero_info
 from litdata import StreamingDataLoader, StreamingDataset, TokensLoader
 from litdata.streaming import Cache
+from litdata.streaming.sampler import ChunkedIndex
 from tqdm import tqdm
 
 from projkit.data.stores import Store, join, said_in_one_line
@@ -178,14 +179,17 @@ def open_splits(
     seed: int,
     block_size: int | None = None,
     transform: Callable | None = None,
+    train_transform: Callable | None = None,
     record: dict[str, Any] | None = None,
 ) -> tuple[dict[str, StreamingDataset], dict[str, Any]]:
     """The training (shuffled by ``seed``), validation and test splits under ``url``, and its record.
 
     ``block_size``: a token dataset's items are windows of that many tokens; ``transform`` applies
-    to every item (in the loader's workers, so it must be a module-level function). An object
-    store's chunks are cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when
-    first imported), else ~/.lightning/chunks. ``record``: ``read_record(url)``, when it was read."""
+    to every item (in the loader's workers, so it must be picklable: a module-level function or
+    class). ``train_transform``, in its place for the training split, may draw random numbers from
+    torch's RNG: they repeat on a resume (``SeededStreamingDataset``). An object store's chunks are
+    cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when first imported),
+    else ~/.lightning/chunks. ``record``: ``read_record(url)``, when it was read."""
     if endpoint := Store(url, "data.stream_from").plain_http():
         raise ConfigError(
             f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
@@ -201,8 +205,9 @@ def open_splits(
     splits = {}
     for split in SPLITS:
         loader = TokensLoader(block_size=block_size) if record["kind"] == "tokens" else None
+        seeded = split == "train" and train_transform is not None
         with said_in_one_line(url, "data.stream_from"):
-            splits[split] = StreamingDataset(
+            splits[split] = (SeededStreamingDataset if seeded else StreamingDataset)(
                 join(url, split),
                 cache_dir=os.environ.get("LITDATA_CACHE_DIR") or None,
                 item_loader=loader,
@@ -215,9 +220,43 @@ def open_splits(
                 # Training: the same setting on any number of processes, so a resume may change it.
                 # Evaluation: every sample.
                 drop_last=split == "train",
-                transform=transform,
+                transform=train_transform if seeded else transform,
             )
     return splits, record
+
+
+class SeededStreamingDataset(StreamingDataset):
+    """LitData's dataset whose ``transform`` (a random crop, a flip) draws from torch's RNG seeded
+    by a pure function of the run's seed, the epoch and the item's index in the chunks, the global
+    RNG left as it was, as ``projkit.reliability.SeededItems`` does for data in memory.
+
+    LitData applies ``transform`` in the loader's workers, whose RNG streams restart with every
+    epoch's and every resume's fresh workers, and without workers in the main process, where it
+    would draw from the RNG that dropout uses. Seeded per item, an item gets the same random
+    transform wherever it is read: with any number of workers, in a run never interrupted or in one
+    resumed mid-epoch; a new one each epoch. The epoch is LitData's (``set_epoch`` before an epoch's
+    workers start, the checkpoint's on a resume), as its shuffle uses it. torchvision's transforms
+    draw from torch's RNG; one drawing from ``random`` or NumPy would not repeat on resume."""
+
+    def __getitem__(self, index: ChunkedIndex | int | slice | str) -> Any:
+        if isinstance(index, ChunkedIndex | int):
+            position = index.index if isinstance(index, ChunkedIndex) else index
+            # The default generator itself: torch.manual_seed would also seed every accelerator.
+            rng = torch.default_generator
+            state = rng.get_state()
+            rng.manual_seed(item_seed(self.seed, self.current_epoch, int(position)))
+            try:
+                return super().__getitem__(index)
+            finally:
+                rng.set_state(state)
+        return super().__getitem__(index)
+
+
+def item_seed(seed: int, epoch: int, index: int) -> int:
+    """The seed of item ``index``'s random transform in ``epoch`` of a run seeded ``seed``: 32 bits
+    (all torch's CPU generator keeps) of a hash, unrelated for neighbouring items and epochs."""
+    key = f"{seed} {epoch} {index}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "little")
 
 
 def check_facts(stored: dict[str, Any], own: dict[str, Any], url: str) -> None:
