@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from proj.data.folder_stream import file_items, stream_folder, streamed_classes
+from proj.data.folder_stream import file_items, stream_folder
 from proj.data.image import adopt_network_normalisation
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -171,7 +171,7 @@ class ImageFolderDataModule(SplitLoaders, LightningDataModule):
     def classes(self) -> tuple[str, ...]:
         if self._classes is None:
             url = self.hparams.stream_from
-            self._classes = streamed_classes(url) if url else self.find_classes()
+            self._classes = tuple(self.stream_record(url)["facts"]["classes"]) if url else self.find_classes()
         return self._classes
 
     @property

@@ -44,13 +44,6 @@ def file_items(samples: Sequence[tuple[str, int]], seed: int | None = None) -> I
         yield Path(path).read_bytes(), label
 
 
-def streamed_classes(url: str) -> tuple[str, ...]:
-    """The class names the chunks under ``url`` were written with: no image folder is needed."""
-    from projkit.data.streaming import read_record  # LitData: streamed runs only
-
-    return tuple(read_record(url)["facts"]["classes"])
-
-
 def stream_folder(datamodule: Any, mode: str) -> None:
     """``ImageFolderDataModule.setup`` with ``stream_from``: its splits read from the chunks, training's
     through its random transform (seeded per item by the kit, so a resume repeats it), evaluation's
