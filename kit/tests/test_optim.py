@@ -45,8 +45,9 @@ def test_frozen_parameters_are_left_out_of_the_optimizer():
 
 
 def test_fused_adamw_updates_as_the_default_does_and_takes_its_checkpoint():
-    """The fused kernel the kit picks agrees with torch's default to rounding, keeps the groups'
-    decay, and resumes from an optimizer state the default wrote (a run of an earlier kit)."""
+    """The fused kernel the kit picks agrees with torch's default to rounding and keeps the groups'
+    decay; given an optimizer state the default wrote (a run of an earlier kit), it continues on the
+    implementation the state names, as that run would have."""
     torch.manual_seed(0)
     net = MLP(input_shape=(1, 4, 4), num_classes=3)
     groups = param_groups(net)
@@ -67,6 +68,7 @@ def test_fused_adamw_updates_as_the_default_does_and_takes_its_checkpoint():
             optimizer.step()
         if step == 2:  # the fused one resumes from the default's state
             fused.load_state_dict(copy.deepcopy(default.state_dict()))  # as read from a file
+            assert [g["fused"] for g in fused.param_groups] == [None, None]
             twin.load_state_dict(net.state_dict())
     for a, b in zip(net.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
