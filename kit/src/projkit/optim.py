@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import torch
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule
 from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torch.optim import Optimizer
@@ -64,9 +64,14 @@ def fused_where_supported(optimizer: Optimizer, groups: list[dict[str, Any]]) ->
         return optimizer
 
 
-def clips_under_mixed_precision(trainer: Trainer) -> bool:
-    """Whether ``trainer`` clips gradients under mixed precision, where Lightning refuses an
-    optimizer that unscales gradients itself, as fused ones do (for ``bf16-mixed`` too)."""
+def clips_under_mixed_precision(module: LightningModule) -> bool:
+    """Whether ``module``'s Trainer clips gradients under mixed precision, where Lightning refuses an
+    optimizer that unscales gradients itself, as fused ones do (for ``bf16-mixed`` too). False for a
+    module attached to no Trainer (its ``configure_optimizers`` called by hand)."""
+    try:
+        trainer = module.trainer
+    except RuntimeError:  # Lightning's "not attached to a `Trainer`"
+        return False
     return isinstance(trainer.precision_plugin, MixedPrecision) and bool(trainer.gradient_clip_val)
 
 

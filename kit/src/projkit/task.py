@@ -172,7 +172,7 @@ class TaskModule(LightningModule):
         if self._lr is not None:
             groups = [{**group, "lr": self._lr} for group in groups]
         optimizer = self.optimizer([dict(group) for group in groups])
-        if not clips_under_mixed_precision(self.trainer):
+        if not clips_under_mixed_precision(self):
             optimizer = fused_where_supported(optimizer, groups)
         if self.scheduler is None:
             return optimizer
