@@ -94,9 +94,8 @@ class SplitLoaders:
         on a resume (``open_splits``). Returns the stored facts."""
         from projkit.data import streaming  # LitData: imported by streamed runs only
 
-        read = self.stream_read[1] if self.stream_read is not None and self.stream_read[0] == url else None
         splits, record = streaming.open_splits(
-            url, streaming.seed(), block_size, transform, train_transform, record=read
+            url, streaming.seed(), block_size, transform, train_transform, record=self.stream_record(url)
         )
         streaming.check_facts(record["facts"], getattr(self, "stream_facts", None) or {}, url)
         self.splits.update(splits)

@@ -152,8 +152,15 @@ def fingerprint(files: dict[str, dict[str, Any]]) -> str:
 
 
 def read_record(url: str, field: str = "data.stream_from") -> dict[str, Any]:
-    """``url``'s ``streaming.json``, its files checked present and whole by their sizes."""
+    """``url``'s ``streaming.json``, its files checked present and whole by their sizes; an object
+    store reached over plain HTTP, which LitData cannot download from, refused before the first read."""
     store = Store(url, field)
+    if endpoint := store.plain_http():
+        raise ConfigError(
+            f"{field}: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
+            "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
+            "trusted with AWS_CA_BUNDLE and SSL_CERT_FILE."
+        )
     with said_in_one_line(url, field):
         sizes = store.sizes()
         if RECORD not in sizes:
@@ -190,12 +197,6 @@ def open_splits(
     torch's RNG: they repeat on a resume (``SeededStreamingDataset``). An object store's chunks are
     cached under ``LITDATA_CACHE_DIR`` as it is now (LitData reads it once, when first imported),
     else ~/.lightning/chunks. ``record``: ``read_record(url)``, when it was read."""
-    if endpoint := Store(url, "data.stream_from").plain_http():
-        raise ConfigError(
-            f"data.stream_from: '{url}' is reached over plain HTTP ({endpoint}, AWS_ENDPOINT_URL), and "
-            "LitData downloads chunks over HTTPS only: serve the store over HTTPS, its certificate "
-            "trusted with AWS_CA_BUNDLE and SSL_CERT_FILE."
-        )
     record = read_record(url) if record is None else record
     if (record["kind"] == "tokens") != (block_size is not None):
         raise ConfigError(
